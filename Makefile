@@ -1,0 +1,146 @@
+# distrun - one Makefile for the launcher, the runtime, examples, tests,
+# benchmarks and installation.  `make V=1` shows full command lines,
+# `make ASAN=1` builds with address and undefined-behaviour sanitizers
+# (into build-asan/), `make WERROR=` drops -Werror.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+VERSION := 0.1.0
+SOMAJOR := 0
+
+WERROR  ?= -Werror
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+ALL_CFLAGS = -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -MMD -MP \
+	     -Iruntime $(CFLAGS)
+ALL_LDFLAGS = $(LDFLAGS)
+LIBS_RT = -lpthread -ldl -lm
+
+ifeq ($(ASAN),1)
+B ?= build-asan
+ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer
+ALL_LDFLAGS += -fsanitize=address,undefined
+else
+B ?= build
+endif
+
+ifeq ($(V),1)
+Q =
+else
+Q = @
+endif
+
+# --- object lists: one place for all of them ---------------------------
+CMD_SRC  := $(wildcard cmd/*.c)
+RT_SRC   := $(wildcard runtime/*.c)
+EX_SRC   := $(wildcard testdata/examples/*.c)
+PROG_SRC := $(wildcard testdata/progs/*.c)
+CTEST_SRC := $(wildcard tests/c/*.c)
+UNIT_SRC := $(wildcard tests/unit/*.c)
+BENCH_SRC := $(wildcard scripts/*.c)
+
+CMD_OBJ  := $(CMD_SRC:%.c=$(B)/obj/%.o)
+RT_OBJ   := $(RT_SRC:%.c=$(B)/obj/%.o)
+RT_PIC   := $(RT_SRC:%.c=$(B)/pic/%.o)
+
+DISTRUN  := $(B)/bin/distrun
+LIB_A    := $(B)/lib/libdistrun.a
+LIB_SO   := $(B)/lib/libdistrun.so.$(VERSION)
+EXAMPLES := $(EX_SRC:testdata/examples/%.c=$(B)/examples/%)
+PROGS    := $(PROG_SRC:testdata/progs/%.c=$(B)/testdata/%)
+CTESTS   := $(CTEST_SRC:tests/c/%.c=$(B)/tests/%)
+UNITS    := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%)
+BENCHES  := $(BENCH_SRC:scripts/%.c=$(B)/bench/%)
+
+.PHONY: all test test-unit test-bats test-gpu bench install clean
+all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) $(BENCHES)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(B)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC PIC  $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+$(DISTRUN): $(CMD_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -ljansson
+
+$(LIB_A): $(RT_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(RT_PIC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libdistrun.so.$(SOMAJOR) -o $@ $^ $(LIBS_RT)
+	$(Q)ln -sf libdistrun.so.$(VERSION) $(B)/lib/libdistrun.so.$(SOMAJOR)
+	$(Q)ln -sf libdistrun.so.$(SOMAJOR) $(B)/lib/libdistrun.so
+
+# Programs that link the runtime link the static archive: no rpath games.
+$(B)/examples/% $(B)/tests/% $(B)/unit/% $(B)/bench/%: $(LIB_A)
+$(B)/examples/%: testdata/examples/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
+$(B)/tests/%: tests/c/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
+$(B)/unit/%: tests/unit/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
+$(B)/bench/%: scripts/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
+# Launcher fixtures are plain programs.
+$(B)/testdata/%: testdata/progs/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -lpthread
+
+# --- tests ---------------------------------------------------------------
+test: all test-unit test-bats
+
+test-unit: $(UNITS)
+	$(Q)scripts/run-unit $(UNITS)
+
+test-bats: all
+	$(Q)DISTRUN_BUILD=$(abspath $(B)) bats tests/
+
+test-gpu: all
+	$(Q)DISTRUN_BUILD=$(abspath $(B)) scripts/test-gpu
+
+bench: all
+	$(Q)DISTRUN_BUILD=$(abspath $(B)) scripts/bench-all
+
+# --- install -------------------------------------------------------------
+install: $(DISTRUN) $(LIB_A) $(LIB_SO)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
+		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3
+	install -m 755 $(DISTRUN) $(DESTDIR)$(PREFIX)/bin/distrun
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/libdistrun.a
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libdistrun.so.$(VERSION)
+	ln -sf libdistrun.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libdistrun.so.$(SOMAJOR)
+	ln -sf libdistrun.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libdistrun.so
+	install -m 644 runtime/distrun.h $(DESTDIR)$(PREFIX)/include/distrun.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		runtime/distrun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/distrun.pc
+	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
+	[ ! -f man/distrun.3 ] || install -m 644 man/distrun.3 $(DESTDIR)$(PREFIX)/share/man/man3/distrun.3
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

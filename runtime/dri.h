@@ -1,0 +1,180 @@
+/*
+ * dri.h - libdistrun's internal interface (never installed).
+ *
+ * The runtime is cut in parts that meet here:
+ *   error.c      error codes, per-thread last-error message       (dri_fail)
+ *   reduce.c     element-wise reduction kernels for every dtype x op
+ *   store.c      the rendezvous key-value store (rank 0 hosts it)
+ *   transport.c  connections between ranks, framed messages with a header,
+ *                matching of receives, the poll loop, timeouts
+ *   group.c      process group state, dr_new_group, the ordering of calls,
+ *                the progress thread and dr_work handles       (dri_submit)
+ *   coll_*.c     the algorithms, written only against this header
+ *   cuda.c       the CUDA runtime loaded at run time, staging of device
+ *                buffers, stream synchronisation
+ *
+ * Names here are dri_*; nothing in this file is exported from the .so.
+ */
+#ifndef DRI_H
+#define DRI_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distrun.h"
+
+/* ------------------------------------------------------------ errors */
+
+/* Records a formatted message as this thread's dr_last_error() and returns
+ * err, so that `return dri_fail(DR_EINVAL, "count %zu", n);` reads well. */
+dr_err dri_fail(dr_err err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* -------------------------------------------------------- reductions */
+
+/* inout[i] = inout[i] OP in[i] for i < count.  AVG reduces as SUM (the
+ * division is dri_reduce_finish's).  DR_ENOTSUP for a bitwise op on a
+ * float dtype, DR_EINVAL for values out of range. */
+dr_err dri_reduce(void *inout, const void *in, size_t count, dr_dtype dtype,
+		  dr_op op);
+/* Checks that op applies to dtype (bitwise ops refuse floats). */
+dr_err dri_reduce_check(dr_dtype dtype, dr_op op);
+/* After the last dri_reduce of an AVG over n ranks: divides by n once
+ * (integers: truncating division as torch's gloo does).  No-op for the
+ * other ops. */
+void dri_reduce_finish(void *buf, size_t count, dr_dtype dtype, dr_op op, int n);
+
+/* ------------------------------------------------------- collectives */
+
+typedef enum {
+	DRI_BARRIER = 1,
+	DRI_ALL_REDUCE,
+	DRI_BROADCAST,
+	DRI_REDUCE,
+	DRI_ALL_GATHER,
+	DRI_GATHER,
+	DRI_SCATTER,
+	DRI_REDUCE_SCATTER,
+	DRI_ALL_TO_ALL,
+	DRI_ALL_TO_ALL_V,
+	DRI_MONITORED_BARRIER,
+	DRI_NEW_GROUP,
+	DRI_P2P,
+	DRI_COLL_COUNT_
+} dri_coll;
+
+/* "barrier", "all_reduce", ... */
+const char *dri_coll_name(dri_coll coll);
+
+/* The identity of one call, carried in the header of each of its messages
+ * and compared by the receiver: a message whose identity differs from the
+ * receive's (same group and seq, other coll/dtype/op/root/count, or an
+ * unexpected length) fails the receive with DR_EMISMATCH naming both
+ * sides. */
+typedef struct {
+	uint32_t group_id; /* same on every rank: order of creation, world = 0 */
+	uint32_t coll;     /* dri_coll */
+	uint64_t seq;      /* per-group call number; 0 for p2p */
+	uint64_t count;    /* element count of the call as the user gave it */
+	int32_t dtype;     /* dr_dtype, -1 if none */
+	int32_t op;        /* dr_op, -1 if none */
+	int32_t root;      /* world rank of the root, -1 if none */
+	int32_t tag;       /* p2p tag; 0 for collectives */
+} dri_msg_id;
+
+/* A posted send or receive.  Lives in the caller's memory (stack is fine)
+ * until dri_waitall returns. */
+typedef struct dri_req {
+	struct dri_req *next;   /* transport's queues */
+	dri_msg_id id;
+	int peer;               /* world rank; DR_ANY_SOURCE for receives */
+	int is_send;
+	void *buf;
+	size_t len, done;       /* bytes */
+	int source;             /* receives: who sent it */
+	volatile int complete;
+	dr_err status;
+	void *priv;             /* transport's */
+} dri_req;
+
+/* Post a send of len bytes of buf to world rank peer.  Never blocks: the
+ * data goes out as the transport progresses (in dri_waitall or on the
+ * progress thread).  buf must stay valid until the request completes. */
+dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
+		 const void *buf, size_t len);
+/* Post a receive of exactly len bytes from world rank peer (or
+ * DR_ANY_SOURCE for p2p) into buf.  Messages from one peer are matched in
+ * order for collectives, in order per (group, tag) for p2p. */
+dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
+		 size_t len);
+/* Progress until every request has completed; returns the first error
+ * (DR_EMISMATCH, DR_EPEER, DR_ETIMEDOUT after the group timeout ...).  On
+ * error the requests not yet complete are cancelled. */
+dr_err dri_waitall(dri_req *reqs, int n);
+/* Conveniences over isend/irecv/waitall. */
+dr_err dri_send(const dri_msg_id *id, int peer, const void *buf, size_t len);
+dr_err dri_recv(const dri_msg_id *id, int peer, void *buf, size_t len);
+dr_err dri_sendrecv(const dri_msg_id *id, int to, const void *sbuf, size_t slen,
+		    int from, void *rbuf, size_t rlen);
+
+/* ------------------------------------------------------ groups, ops */
+
+struct dr_group {
+	uint32_t id;      /* world = 0, then 1, 2, ... in creation order */
+	int size;         /* members */
+	int rank;         /* this rank's index, -1 if not a member */
+	int *ranks;       /* group index -> world rank */
+	uint64_t seq;     /* next call's sequence number */
+	void *priv;       /* group.c's (async queue, ...) */
+};
+
+/* The world group (valid between init and destroy). */
+dr_group *dri_world(void);
+
+/* One collective call, as the algorithm needs it.  The entry point fills
+ * it and hands it to dri_submit; run() executes the algorithm on whatever
+ * thread dri_submit picks.  Fields an algorithm does not use stay zero. */
+typedef struct dri_op dri_op;
+struct dri_op {
+	dr_err (*run)(dri_op *op);
+	dri_msg_id id;      /* group_id and seq are filled by dri_submit */
+	dr_group *group;
+	const void *sendbuf;
+	void *buf;          /* in-place buffer or recvbuf */
+	size_t count;
+	dr_dtype dtype;
+	dr_op redop;
+	int root;           /* world rank */
+	size_t *counts;     /* all_to_all_v: send counts then recv counts (2 * size), owned */
+	int64_t timeout_ms;
+	int device;         /* >= 0: buffers live on this CUDA device */
+	int *device_ids;    /* barrier: owned copy */
+	int n_device_ids;
+};
+
+/* Checks membership, assigns id.group_id and id.seq, then: work == NULL:
+ * waits for the group's earlier asynchronous calls, runs op->run on the
+ * calling thread and returns its status; work != NULL: copies op, queues
+ * it on the group's progress thread and returns a handle.  Device buffers
+ * (op->device >= 0) are staged through host memory by cuda.c. */
+dr_err dri_submit(const dri_op *op, dr_work **work);
+
+/* Deadline arithmetic: monotonic milliseconds, and the job's timeout. */
+int64_t dri_now_ms(void);
+int64_t dri_timeout_ms(void);
+
+/* ------------------------------------------------------------- CUDA */
+
+/* The device a pointer lives on, or -1 for host memory (and always -1
+ * without CUDA). */
+int dri_cuda_ptr_device(const void *p);
+/* Synchronises the selected stream of each device; DR_ENOCUDA without
+ * CUDA. */
+dr_err dri_cuda_sync_devices(const int *device_ids, int n);
+/* Runs op, whose buffers are on op->device, by staging them through pinned
+ * host memory in chunks. */
+dr_err dri_cuda_run_staged(dri_op *op);
+
+#endif /* DRI_H */
