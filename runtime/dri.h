@@ -31,6 +31,9 @@
  * err, so that `return dri_fail(DR_EINVAL, "count %zu", n);` reads well. */
 dr_err dri_fail(dr_err err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Sets this thread's dr_last_error() to msg (a copy), e.g. to hand a work
+ * handle's message to the thread that waits on it. */
+void dri_set_last_error(const char *msg);
 
 /* -------------------------------------------------------- reductions */
 
@@ -113,6 +116,11 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
  * (DR_EMISMATCH, DR_EPEER, DR_ETIMEDOUT after the group timeout ...).  On
  * error the requests not yet complete are cancelled. */
 dr_err dri_waitall(dri_req *reqs, int n);
+/* As dri_waitall with its own timeout, and a timeout is not fatal: the
+ * requests not complete by then are cancelled (complete stays 0, status
+ * DR_ETIMEDOUT) and the group goes on (monitored_barrier).  Other errors
+ * abort the group as in dri_waitall. */
+dr_err dri_waitall_timeout(dri_req *reqs, int n, int64_t timeout_ms);
 /* Conveniences over isend/irecv/waitall. */
 dr_err dri_send(const dri_msg_id *id, int peer, const void *buf, size_t len);
 dr_err dri_recv(const dri_msg_id *id, int peer, void *buf, size_t len);
@@ -164,6 +172,92 @@ dr_err dri_submit(const dri_op *op, dr_work **work);
 /* Deadline arithmetic: monotonic milliseconds, and the job's timeout. */
 int64_t dri_now_ms(void);
 int64_t dri_timeout_ms(void);
+/* The timeout the current thread's waits use: op->timeout_ms while
+ * dri_submit runs an op that sets one, else dri_timeout_ms(). */
+int64_t dri_op_timeout_ms(void);
+/* Parses a duration: "90" (seconds), "90s", "1500ms", "5m", "1h", "1.5h".
+ * DR_EINVAL for anything else, or zero/negative values. */
+dr_err dri_parse_duration(const char *s, int64_t *ms);
+
+/* ------------------------------------------------------------ store */
+
+/* The rendezvous key-value store (store.c).  Rank 0 runs the server on a
+ * thread; every rank (rank 0 too) talks to it through a client.  Keys are
+ * strings, values bytes.  Every call that waits takes a timeout and fails
+ * with DR_ETIMEDOUT naming the key. */
+typedef struct dri_store_server dri_store_server;
+typedef struct dri_store dri_store;
+
+/* Binds host:port (host NULL or "" = every interface) and serves on a
+ * thread until dri_store_server_stop.  DR_ECONN if the port is taken. */
+dr_err dri_store_server_start(const char *host, int port,
+			      dri_store_server **out);
+void dri_store_server_stop(dri_store_server *srv);
+/* Connects, retrying until timeout_ms passes (the server may start
+ * later). */
+dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
+			 dri_store **out);
+void dri_store_close(dri_store *st);
+/* The client's socket (init uses its local address as the rank's own). */
+int dri_store_fd(const dri_store *st);
+dr_err dri_store_set(dri_store *st, const char *key, const void *val,
+		     size_t len);
+/* Waits until key exists, then returns a malloc'ed copy of its value
+ * (NUL-terminated for convenience; *len excludes the NUL). */
+dr_err dri_store_get(dri_store *st, const char *key, void **val, size_t *len,
+		     int64_t timeout_ms);
+/* Adds delta to the integer stored at key (0 if absent); *out (may be
+ * NULL) receives the new value. */
+dr_err dri_store_add(dri_store *st, const char *key, int64_t delta,
+		     int64_t *out);
+/* The process group's store client (valid between init and destroy). */
+dri_store *dri_world_store(void);
+
+/* -------------------------------------------------------- transport */
+
+/* The wire header that starts every message between ranks.  Encoded
+ * little-endian in DRI_WIRE_HDR bytes. */
+#define DRI_WIRE_MAGIC 0x4e555244u /* "DRUN" */
+#define DRI_WIRE_VERSION 1
+#define DRI_WIRE_HDR 64
+enum { DRI_WIRE_DATA = 0, DRI_WIRE_BYE = 1, DRI_WIRE_ABORT = 2 };
+typedef struct {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t kind;     /* DRI_WIRE_* */
+	dri_msg_id id;
+	uint64_t len;      /* payload bytes that follow */
+	int32_t src;       /* sender's world rank */
+	int32_t err;       /* DRI_WIRE_ABORT: the dr_err */
+} dri_wire_hdr;
+
+void dri_wire_encode(const dri_wire_hdr *h, unsigned char out[DRI_WIRE_HDR]);
+/* Decodes and validates magic, version and kind: DR_EPROTO (with a
+ * message) for a header that is not one of ours. */
+dr_err dri_wire_decode(const unsigned char in[DRI_WIRE_HDR], dri_wire_hdr *h);
+/* "all_reduce(count=4, float32, sum)" and so on, into buf. */
+void dri_msg_id_describe(const dri_msg_id *id, char *buf, size_t size);
+
+/* Starts the transport: binds a listening socket on every interface, an
+ * ephemeral port.  *port receives it. */
+dr_err dri_transport_listen(int rank, int world_size, int *port);
+/* Gives the transport every rank's address ("host:port", from the store)
+ * and the job id that handshakes carry.  Connections are made lazily. */
+dr_err dri_transport_start(char **addrs, const uint8_t job_id[16]);
+/* Sends a goodbye on every connection (peers then know this rank left on
+ * purpose), closes everything.  Safe after an abort. */
+void dri_transport_stop(void);
+/* Fails every pending and later request with err and msg, tells every
+ * connected peer, and closes the connections. */
+void dri_transport_abort(dr_err err, const char *msg);
+/* DR_OK, or the error the transport was aborted with (message set). */
+dr_err dri_transport_check(void);
+/* Progresses every posted request for up to timeout_ms (used by the
+ * progress thread while asynchronous point-to-point requests are out). */
+void dri_transport_progress(int64_t timeout_ms);
+/* Wakes a thread blocked in the transport's poll (dri_transport_progress,
+ * dri_waitall). */
+void dri_transport_wake(void);
 
 /* ------------------------------------------------------------- CUDA */
 
