@@ -148,6 +148,11 @@ static struct {
 static atomic_int cu_state = CU_UNLOADED;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
+static CUdeviceptr dptr(const void *p)
+{
+	return (CUdeviceptr)(uintptr_t)p;
+}
+
 static const char *cu_lib_name(void)
 {
 	const char *s = getenv("DISTRUN_CUDA_LIB");
@@ -315,7 +320,7 @@ static dr_err cu_wait_event(CUevent ev, int device, int64_t deadline,
 
 static int64_t deadline_after(int64_t timeout_ms)
 {
-	return dri_now_ms() + (timeout_ms > 0 ? timeout_ms : dri_timeout_ms());
+	return dri_now_ms() + (timeout_ms > 0 ? timeout_ms : dri_op_timeout_ms());
 }
 
 /* --------------------------------------------------------------- stagers */
@@ -432,6 +437,25 @@ dr_err dr_cuda_set_stream(int device, void *stream)
 	return DR_OK;
 }
 
+/* The device of p; -1 for host memory (and without CUDA). */
+static int cu_ptr_device_loaded(const void *p)
+{
+	unsigned memtype = 0;
+	int ordinal = -1;
+	int attrs[2] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+			 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL };
+	void *data[2] = { &memtype, &ordinal };
+
+	/* Unlike cuPointerGetAttribute, the plural form succeeds on memory
+	 * CUDA does not know (plain host memory), leaving memtype 0. */
+	if (cu.PointerGetAttributes(2, attrs, data, dptr(p)) !=
+	    CUDA_SUCCESS)
+		return -1;
+	if (memtype != CU_MEMORYTYPE_DEVICE || ordinal < 0 || ordinal >= cu.ndev)
+		return -1;
+	return ordinal;
+}
+
 /* 1 if the process has loaded the driver library (through the CUDA
  * runtime, or us).  dlopen with RTLD_NOLOAD only looks: it costs a walk of
  * the loaded-library list, no cuInit. */
@@ -447,11 +471,6 @@ static int cu_lib_in_process(void)
 int dri_cuda_ptr_device(const void *p)
 {
 	int state = atomic_load(&cu_state);
-	unsigned memtype = 0;
-	int ordinal = -1;
-	int attrs[2] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-			 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL };
-	void *data[2] = { &memtype, &ordinal };
 
 	if (!p || state == CU_FAILED)
 		return -1;
@@ -459,14 +478,80 @@ int dri_cuda_ptr_device(const void *p)
 		return -1;
 	if (!cu_ready())
 		return -1;
-	/* Unlike cuPointerGetAttribute, the plural form succeeds on memory
-	 * CUDA does not know (plain host memory), leaving memtype 0. */
-	if (cu.PointerGetAttributes(2, attrs, data, (CUdeviceptr)(uintptr_t)p) !=
-	    CUDA_SUCCESS)
-		return -1;
-	if (memtype != CU_MEMORYTYPE_DEVICE || ordinal < 0 || ordinal >= cu.ndev)
-		return -1;
-	return ordinal;
+	return cu_ptr_device_loaded(p);
+}
+
+dr_err dr_cuda_alloc(int device, size_t bytes, void **ptr)
+{
+	CUdeviceptr p = 0;
+	CUresult r;
+	dr_err err;
+
+	if (!ptr)
+		return dri_fail(DR_EINVAL, "dr_cuda_alloc: ptr is NULL");
+	*ptr = NULL;
+	if (!cu_ready())
+		return cu_unavailable();
+	if (device < 0 || device >= cu.ndev)
+		return dri_fail(DR_EINVAL,
+				"dr_cuda_alloc: device %d out of range (%d CUDA device%s)",
+				device, cu.ndev, cu.ndev == 1 ? "" : "s");
+	if ((err = cu_enter(device)))
+		return err;
+	r = cu.MemAlloc(&p, bytes ? bytes : 1);
+	cu_leave();
+	if (r != CUDA_SUCCESS)
+		return cu_fail(r, "cuMemAlloc", device);
+	*ptr = (void *)(uintptr_t)p;
+	return DR_OK;
+}
+
+dr_err dr_cuda_free(void *ptr)
+{
+	CUresult r;
+	dr_err err;
+	int device;
+
+	if (!ptr)
+		return DR_OK;
+	if (!cu_ready())
+		return cu_unavailable();
+	device = cu_ptr_device_loaded(ptr);
+	if (device < 0)
+		return dri_fail(DR_EINVAL, "dr_cuda_free: %p is not CUDA device memory",
+				ptr);
+	if ((err = cu_enter(device)))
+		return err;
+	r = cu.MemFree(dptr(ptr));
+	cu_leave();
+	return r == CUDA_SUCCESS ? DR_OK : cu_fail(r, "cuMemFree", device);
+}
+
+dr_err dr_cuda_memcpy(void *dst, const void *src, size_t bytes)
+{
+	CUresult r;
+	dr_err err;
+	int device;
+
+	if (!bytes)
+		return DR_OK;
+	if (!dst || !src)
+		return dri_fail(DR_EINVAL, "dr_cuda_memcpy: %s is NULL",
+				dst ? "src" : "dst");
+	if (!cu_ready())
+		return cu_unavailable();
+	device = cu_ptr_device_loaded(dst);
+	if (device < 0)
+		device = cu_ptr_device_loaded(src);
+	if (device < 0) {
+		memmove(dst, src, bytes);
+		return DR_OK;
+	}
+	if ((err = cu_enter(device)))
+		return err;
+	r = cu.Memcpy(dptr(dst), dptr(src), bytes);
+	cu_leave();
+	return r == CUDA_SUCCESS ? DR_OK : cu_fail(r, "cuMemcpy", device);
 }
 
 dr_err dri_cuda_sync_devices(const int *device_ids, int n)
@@ -536,11 +621,6 @@ typedef struct {
 	size_t chunk;      /* elements per chunk (per block for gather/rs) */
 	size_t slot_bytes; /* pinned bytes per slot */
 } staging;
-
-static CUdeviceptr dptr(const void *p)
-{
-	return (CUdeviceptr)(uintptr_t)p;
-}
 
 /* Queue chunk k's copies into slot (or, for collectives whose data comes
  * from the network only, just mark the slot free); then record ev_d2h. */
@@ -660,6 +740,13 @@ static void stage_drain(staging *g, int64_t deadline)
 		cu_wait_event(s->ev_start, g->device, deadline, "staging copies");
 }
 
+/* Elements in chunk k (the last one may be short). */
+static size_t chunk_len(const staging *g, size_t k)
+{
+	size_t off = k * g->chunk;
+	return g->op->count - off < g->chunk ? g->op->count - off : g->chunk;
+}
+
 static dr_err run_chunked(staging *g, int64_t deadline)
 {
 	dri_op *op = g->op;
@@ -671,32 +758,27 @@ static dr_err run_chunked(staging *g, int64_t deadline)
 	CUresult r;
 	const char *call = "cuMemcpyAsync";
 
-	for (size_t k = 0; k < depth; k++) {
-		size_t off = k * g->chunk;
-		size_t ck = total - off < g->chunk ? total - off : g->chunk;
-		if ((r = stage_in(g, off, ck, (int)k)))
+	for (size_t k = 0; k < depth; k++)
+		if ((r = stage_in(g, k * g->chunk, chunk_len(g, k), (int)k)))
 			goto cuda_fail;
-	}
 	for (size_t k = 0; k < nchunks; k++) {
 		int slot = (int)(k % NSLOT);
-		size_t off = k * g->chunk;
-		size_t ck = total - off < g->chunk ? total - off : g->chunk;
+		size_t ck = chunk_len(g, k);
 
 		if ((err = cu_wait_event(s->ev_d2h[slot], g->device, deadline,
 					 "a device-to-host copy")))
 			goto fail;
 		if ((err = run_chunk(g, ck, slot)))
 			goto fail;
-		if ((r = stage_out(g, off, ck, slot)))
+		if ((r = stage_out(g, k * g->chunk, ck, slot)))
 			goto cuda_fail;
 		if (k + NSLOT < nchunks) {
-			size_t off2 = (k + NSLOT) * g->chunk;
-			size_t ck2 = total - off2 < g->chunk ? total - off2 : g->chunk;
 			call = "cuStreamWaitEvent";
 			if ((r = cu.StreamWaitEvent(s->d2h, s->ev_h2d[slot], 0)))
 				goto cuda_fail;
 			call = "cuMemcpyAsync";
-			if ((r = stage_in(g, off2, ck2, slot)))
+			if ((r = stage_in(g, (k + NSLOT) * g->chunk,
+					  chunk_len(g, k + NSLOT), slot)))
 				goto cuda_fail;
 		}
 	}

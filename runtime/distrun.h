@@ -293,6 +293,19 @@ DR_API int dr_cuda_device_count(void);
  * CUDA, DR_EINVAL for a device out of range. */
 DR_API dr_err dr_cuda_set_stream(int device, void *stream);
 
+/* Device memory for C programs built without the CUDA toolkit (the
+ * examples, tests): the same run-time-loaded driver, the device's primary
+ * context (the one the CUDA runtime uses), so these pointers mix freely
+ * with cudaMalloc'ed ones.  Each fails with DR_ENOCUDA without CUDA. */
+/* *ptr receives bytes of memory on device.  DR_EINVAL for a device out of
+ * range, DR_ECUDA if the driver refuses (out of memory ...). */
+DR_API dr_err dr_cuda_alloc(int device, size_t bytes, void **ptr);
+/* Frees memory from dr_cuda_alloc or cudaMalloc; NULL is a no-op. */
+DR_API dr_err dr_cuda_free(void *ptr);
+/* Copies bytes between host and device memory in any direction; blocks
+ * until done, ordered after earlier work on the legacy default stream. */
+DR_API dr_err dr_cuda_memcpy(void *dst, const void *src, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif
