@@ -1,0 +1,323 @@
+/*
+ * job.c - the event loop that runs a job from its spawned ranks to its end.
+ *
+ * One poll() waits on every rank's two output pipes, a signalfd and the
+ * nearest deadline (--timeout, or the end of the grace period).  Signals
+ * are blocked and read from the signalfd here, never handled in async
+ * handlers (as tini does): SIGCHLD means reap with wait4() (which gives the
+ * rusage for the summary); SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+ * forwarded to every rank's process group and start the stop; a second one
+ * sends SIGKILL at once.
+ *
+ * Stopping: the first rank that fails, the timeout, a signal, or a closed
+ * stdout starts it.  Running ranks get SIGTERM (or the forwarded signal) on
+ * their whole process group, then SIGKILL when the grace period ends.  The
+ * job ends when every rank is reaped, every pipe is at EOF and distrun (a
+ * child subreaper) has no child left: a rank's leftover background
+ * processes are stopped the same way, so nothing outlives the job.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+/* How long to wait for pipes to close after SIGKILL before giving up. */
+#define AFTER_KILL_WAIT 10.0
+
+double now_mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+double now_real(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Sends sig to every direct child (with PR_SET_CHILD_SUBREAPER, these
+ * include the ranks' orphaned descendants). */
+static void kill_children(int sig)
+{
+	char path[64], buf[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children",
+		 (int)getpid());
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	while (fscanf(f, "%4095s", buf) == 1)
+		kill((pid_t)atoi(buf), sig);
+	fclose(f);
+}
+
+static bool has_children(void)
+{
+	siginfo_t si;
+
+	si.si_pid = 0;
+	return !waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) ||
+	       errno != ECHILD;
+}
+
+/* Signals every rank's process group (an exited rank's group may still
+ * hold its background processes; its pid stays reserved while it does). */
+static void signal_ranks(struct job *job, int sig)
+{
+	for (int r = 0; r < job->o->nranks; r++) {
+		struct rank *rk = &job->ranks[r];
+
+		if (rk->state == RANK_NEW)
+			continue;
+		if (rk->state == RANK_RUNNING && sig != SIGKILL)
+			rk->stopped = true;
+		killpg(rk->pid, sig);
+	}
+	if (job->nlive == 0 || sig == SIGKILL)
+		kill_children(sig);
+}
+
+void job_stop(struct job *job, int sig)
+{
+	if (job->stopping)
+		return;
+	job->stopping = true;
+	job->kill_at = now_mono() + job->o->grace;
+	signal_ranks(job, sig);
+}
+
+static void announce_failure(struct job *job, int r)
+{
+	struct rank *rk = &job->ranks[r];
+	char st[64];
+
+	if (rk->exec_errno)
+		fprintf(stderr, "distrun: rank %d: cannot run %s: %s\n", r,
+			job->o->argv[0], strerror(rk->exec_errno));
+	else
+		fprintf(stderr, "distrun: rank %d %s after %.3fs\n", r,
+			rank_status_str(rk, st, sizeof(st)),
+			rk->t_end - job->t0);
+}
+
+static void reap(struct job *job)
+{
+	struct rusage ru;
+	int status;
+	pid_t pid;
+
+	while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
+		struct rank *rk = NULL;
+		int r;
+
+		for (r = 0; r < job->o->nranks; r++)
+			if (job->ranks[r].pid == pid &&
+			    job->ranks[r].state == RANK_RUNNING) {
+				rk = &job->ranks[r];
+				break;
+			}
+		if (!rk)
+			continue;   /* an orphaned grandchild */
+		rk->state = RANK_EXITED;
+		rk->status = status;
+		rk->ru = ru;
+		rk->t_end = now_mono();
+		job->nlive--;
+		if ((!WIFEXITED(status) || WEXITSTATUS(status)) &&
+		    job->first_fail < 0 && !job->stopping) {
+			job->first_fail = r;
+			rk->stopped = false;
+			announce_failure(job, r);
+			job_stop(job, SIGTERM);
+		}
+	}
+}
+
+static void handle_signals(struct job *job)
+{
+	struct signalfd_siginfo si;
+
+	while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
+		int sig = (int)si.ssi_signo;
+
+		if (sig == SIGCHLD)
+			continue;   /* reaped below in any case */
+		if (job->stopping || job->stop_signal) {
+			fprintf(stderr, "distrun: got %s again, killing the "
+				"job\n", signal_name(sig));
+			job->kill_at = now_mono();
+			continue;
+		}
+		if (job->first_fail < 0 && !job->timed_out)
+			job->stop_signal = sig;
+		fprintf(stderr, "distrun: got %s, stopping the job "
+			"(again to kill it)\n", signal_name(sig));
+		job_stop(job, sig);
+	}
+	reap(job);
+}
+
+static void check_timers(struct job *job)
+{
+	double t = now_mono();
+
+	if (job->o->timeout > 0 && !job->stopping &&
+	    t >= job->t0 + job->o->timeout) {
+		uint8_t *running = calloc(job->o->nranks, 1);
+		char list[256];
+
+		job->timed_out = true;
+		for (int r = 0; running && r < job->o->nranks; r++)
+			running[r] = job->ranks[r].state == RANK_RUNNING;
+		fprintf(stderr, "distrun: timeout after %gs; ranks still "
+			"running: %s\n", job->o->timeout,
+			running ? rank_list_str(running, job->o->nranks, list,
+						sizeof(list)) : "?");
+		free(running);
+		job_stop(job, SIGTERM);
+	}
+	if (job->stopping && !job->killed && t >= job->kill_at) {
+		job->killed = true;
+		signal_ranks(job, SIGKILL);
+	}
+}
+
+/* Once every rank has exited, what is left (processes holding the pipes,
+ * or reparented to us) is stopped like a rank. */
+static void check_leftovers(struct job *job)
+{
+	if (job->nlive > 0 || job->stopping)
+		return;
+	if (job->nopen == 0 && !has_children())
+		return;
+	job->stopping = true;
+	job->kill_at = now_mono() + job->o->grace;
+	signal_ranks(job, SIGTERM);
+}
+
+static int poll_timeout(struct job *job)
+{
+	double t = now_mono(), until = -1;
+
+	if (job->o->timeout > 0 && !job->stopping)
+		until = job->t0 + job->o->timeout;
+	else if (job->stopping && !job->killed)
+		until = job->kill_at;
+	else if (job->killed)
+		until = job->kill_at + AFTER_KILL_WAIT;
+	if (until < 0)
+		return -1;
+	if (until <= t)
+		return 0;
+	return (int)((until - t) * 1000) + 1;
+}
+
+static void close_stream(struct job *job, int r, int s)
+{
+	struct rank *rk = &job->ranks[r];
+	int *fd = s ? &rk->err_fd : &rk->out_fd;
+
+	mux_finish(job, r, s);
+	close(*fd);
+	*fd = -1;
+	job->nopen--;
+}
+
+int job_run(struct job *job)
+{
+	int n = job->o->nranks;
+	struct pollfd *pfd = malloc((2 * (size_t)n + 1) * sizeof(*pfd));
+	int *who = malloc(2 * (size_t)n * sizeof(*who));
+
+	if (!pfd || !who) {
+		perror("distrun");
+		free(pfd);
+		free(who);
+		return -1;
+	}
+	for (;;) {
+		int np = 1, rc;
+
+		check_leftovers(job);
+		if (job->nlive == 0 && job->nopen == 0 && !has_children())
+			break;
+		if (job->killed && now_mono() > job->kill_at + AFTER_KILL_WAIT) {
+			fprintf(stderr, "distrun: processes still hold the "
+				"output pipes %gs after SIGKILL; giving up\n",
+				AFTER_KILL_WAIT);
+			break;
+		}
+		pfd[0] = (struct pollfd){ .fd = job->sigfd, .events = POLLIN };
+		for (int r = 0; r < n; r++) {
+			struct rank *rk = &job->ranks[r];
+
+			if (rk->out_fd >= 0) {
+				who[np - 1] = 2 * r;
+				pfd[np++] = (struct pollfd){ rk->out_fd, POLLIN, 0 };
+			}
+			if (rk->err_fd >= 0) {
+				who[np - 1] = 2 * r + 1;
+				pfd[np++] = (struct pollfd){ rk->err_fd, POLLIN, 0 };
+			}
+		}
+		rc = poll(pfd, np, poll_timeout(job));
+		if (rc < 0 && errno != EINTR) {
+			perror("distrun: poll");
+			break;
+		}
+		for (int i = 1; rc > 0 && i < np; i++) {
+			int r = who[i - 1] / 2, s = who[i - 1] % 2;
+
+			if (!pfd[i].revents)
+				continue;
+			if (mux_read(job, r, s) <= 0)
+				close_stream(job, r, s);
+		}
+		mux_flush(job);
+		if (rc > 0 && pfd[0].revents)
+			handle_signals(job);
+		if (job->output_broken && !job->stopping) {
+			if (job->first_fail < 0 && !job->timed_out)
+				job->stop_signal = SIGPIPE;
+			job_stop(job, SIGTERM);
+		}
+		check_timers(job);
+	}
+	/* Whatever is still ours after giving up: no zombies. */
+	reap(job);
+	free(pfd);
+	free(who);
+	return 0;
+}
+
+void job_release(struct job *job)
+{
+	if (!job->ranks)
+		return;
+	for (int r = 0; r < job->o->nranks; r++) {
+		struct rank *rk = &job->ranks[r];
+
+		if (rk->out_fd >= 0)
+			close(rk->out_fd);
+		if (rk->err_fd >= 0)
+			close(rk->err_fd);
+		if (rk->errpipe >= 0)
+			close(rk->errpipe);
+	}
+	free(job->ranks);
+	job->ranks = NULL;
+}

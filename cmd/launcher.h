@@ -1,0 +1,168 @@
+/*
+ * launcher.h - the parts of the distrun launcher and how they meet.
+ *
+ * The launcher is one process that owns, for the whole job, every rank's
+ * pipes and process group.  Its parts:
+ *
+ *   options.c  the option table (the one place an option is defined: it
+ *              makes getopt's table and --help), parsing of counts,
+ *              durations and rank lists
+ *   port.c     the choice of MASTER_PORT and the socket that reserves it
+ *   spawn.c    each rank's environment, PATH lookup, fork + exec with the
+ *              exec error sent back over an O_CLOEXEC pipe
+ *   mux.c      the output multiplexer: whole lines, labels, colours,
+ *              per-rank files, timestamps
+ *   job.c      the event loop: poll over pipes and a signalfd, reaping
+ *              with wait4, stopping the job (TERM, grace, KILL)
+ *   report.c   the end-of-job summary on stderr and the JSON report
+ *
+ * Ownership: struct job owns every fd and buffer named in it; job_release()
+ * frees them.  Functions return 0 or -1 and have printed a one-line
+ * "distrun: ..." message on -1, unless said otherwise.
+ */
+#ifndef DISTRUN_LAUNCHER_H
+#define DISTRUN_LAUNCHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#define DISTRUN_VERSION "0.1.0"
+#define MAX_RANKS 4096
+
+/* Exit codes of the launcher itself (rank statuses pass through). */
+#define EXIT_USAGE 2        /* bad command line */
+#define EXIT_TIMEOUT 124    /* --timeout expired, as timeout(1) */
+#define EXIT_NOEXEC 126     /* program found but not executable */
+#define EXIT_NOTFOUND 127   /* program not found */
+
+/* ------------------------------------------------------------ options */
+
+struct opts {
+	int nranks;
+	const char *master_addr;   /* default 127.0.0.1 */
+	int master_port;           /* 0: choose one */
+	bool raw;                  /* no "[r] " labels */
+	bool timestamps;
+	bool summary;              /* -v: always print the summary */
+	bool quiet;                /* -q: no summary, not even on failure */
+	int color;                 /* -1 auto, 0 never, 1 always */
+	uint8_t *show;             /* nranks flags: rank shown on console */
+	const char *output_dir;    /* NULL: no per-rank files */
+	double timeout;            /* seconds, 0: none */
+	double grace;              /* seconds between TERM and KILL */
+	const char *report;        /* JSON file, NULL: none */
+	char **argv;               /* the program and its arguments */
+	int argc;
+	const char *ranks_arg;     /* --ranks as given, parsed once n is known */
+};
+
+/* Parses argv into *o.  Returns 0, or the exit status to use at once:
+ * EXIT_USAGE after a one-line error and the usage hint, or -1 after
+ * --help/--version (exit 0). */
+int opts_parse(struct opts *o, int argc, char **argv);
+void opts_release(struct opts *o);
+
+/* "90s", "5m", "1h", "1.5s", "250ms", "2" (seconds).  Returns -1 on bad
+ * input or a negative value, without printing. */
+int parse_duration(const char *s, double *out);
+
+/* ------------------------------------------------------------ ranks */
+
+enum rank_state { RANK_NEW, RANK_RUNNING, RANK_EXITED };
+
+struct linebuf {
+	char *buf;
+	size_t len, cap;
+};
+
+struct rank {
+	pid_t pid;                 /* also its process group id */
+	enum rank_state state;
+	int out_fd, err_fd;        /* read ends, -1 once at EOF */
+	int errpipe;               /* exec-error pipe, -1 once read */
+	struct linebuf line[2];    /* partial line of stdout, stderr */
+	int file_fd[2];            /* --output-dir files, -1 if none */
+	int status;                /* wait status once exited */
+	int exec_errno;            /* errno from a failed exec, or 0 */
+	bool stopped;              /* was running when distrun stopped it */
+	double t_start, t_end;     /* monotonic seconds */
+	struct rusage ru;
+};
+
+/* ------------------------------------------------------------ job */
+
+struct job {
+	struct opts *o;
+	struct rank *ranks;
+	int nlive;                 /* ranks not yet reaped */
+	int nopen;                 /* output fds not yet at EOF */
+	int sigfd;
+	int port_fd;               /* socket holding MASTER_PORT, or -1 */
+	int master_port;
+	char run_id[40];
+	char *prog_path;           /* resolved program (malloc) */
+	char **env;                /* environment template (spawn.c) */
+	int devnull;               /* the ranks' stdin */
+	sigset_t orig_mask;        /* restored in the ranks */
+	double t0;                 /* monotonic start */
+	double real_t0, real_t1;   /* wall clock start and end (epoch s) */
+
+	/* How the job ended. */
+	int first_fail;            /* rank index, -1: none */
+	int stop_signal;           /* signal that made distrun stop, 0: none */
+	bool timed_out;
+	bool stopping;             /* TERM sent, waiting for the grace */
+	double kill_at;            /* monotonic time to send SIGKILL */
+	bool killed;               /* SIGKILL sent */
+	bool output_broken;        /* EPIPE on our stdout or stderr */
+	bool spawn_failed;         /* fork or pipe failed for some rank */
+	int exit_status;
+};
+
+/* Monotonic and wall-clock time in seconds. */
+double now_mono(void);
+double now_real(void);
+
+/* port.c: fills job->master_port (and port_fd when chosen here). */
+int port_reserve(struct job *job);
+
+/* spawn.c: spawn_prepare() finds the program and builds the environment;
+ * it returns 0, or an exit status (126, 127, 1) after a message.
+ * spawn_all() starts every rank; on -1 the ranks already started are in
+ * job->ranks (state RANK_RUNNING) for job.c to stop. */
+int spawn_prepare(struct job *job);
+int spawn_all(struct job *job);
+void spawn_release(struct job *job);
+
+/* mux.c */
+int mux_init(struct job *job);
+/* Reads what is available on rank r's stream s (0 stdout, 1 stderr).
+ * Returns 1 if data was read, 0 at EOF (fd closed), -1 on error. */
+int mux_read(struct job *job, int r, int s);
+/* Writes out what is buffered for the console. */
+void mux_flush(struct job *job);
+/* At EOF of a stream: emits its partial last line with a newline. */
+void mux_finish(struct job *job, int r, int s);
+void mux_release(struct job *job);
+
+/* job.c */
+int job_run(struct job *job);
+/* Starts stopping the job: sig to every rank's group, SIGKILL after the
+ * grace period. */
+void job_stop(struct job *job, int sig);
+void job_release(struct job *job);
+
+/* report.c */
+/* Writes the ranks whose flag is set, as "0-3,5", into buf. */
+const char *rank_list_str(const uint8_t *flags, int n, char *buf, size_t sz);
+const char *signal_name(int sig);
+/* "exit status 3", "killed by SIGSEGV", "running", ... into buf. */
+const char *rank_status_str(const struct rank *rk, char *buf, size_t n);
+void report_summary(struct job *job);
+int report_json(struct job *job);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * main.c - distrun: start N ranks of a program, show their output, stop
+ * the job cleanly, report how it went.  main() is the table of contents;
+ * launcher.h says which file owns which part.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+/* A run id unique per job: random, so that two jobs never share one. */
+static void make_run_id(struct job *job)
+{
+	unsigned char rnd[16];
+
+	if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd)) {
+		double t = now_real();
+
+		memcpy(rnd, &t, sizeof(t));
+		memset(rnd + 8, 0, 8);
+		rnd[8] = (unsigned char)getpid();
+		rnd[9] = (unsigned char)(getpid() >> 8);
+		rnd[10] = (unsigned char)(getpid() >> 16);
+	}
+	for (int i = 0; i < 16; i++)
+		snprintf(job->run_id + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* Block the signals we handle: they are read from a signalfd in the loop.
+ * SIGPIPE is ignored: a closed stdout shows up as EPIPE and stops the job
+ * (the ranks get SIGPIPE's default back, see spawn.c). */
+static int setup_signals(struct job *job)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGQUIT);
+	sigaddset(&set, SIGCHLD);
+	if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask))
+		goto fail;
+	signal(SIGPIPE, SIG_IGN);
+	job->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (job->sigfd < 0)
+		goto fail;
+	/* Orphaned descendants of the ranks become our children, so we can
+	 * stop and reap them too. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	return 0;
+fail:
+	perror("distrun: signals");
+	return -1;
+}
+
+static int exit_status(const struct job *job)
+{
+	if (job->first_fail >= 0) {
+		int st = job->ranks[job->first_fail].status;
+
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	}
+	if (job->timed_out)
+		return EXIT_TIMEOUT;
+	if (job->stop_signal)
+		return 128 + job->stop_signal;
+	return job->spawn_failed ? 1 : 0;
+}
+
+static int alloc_ranks(struct job *job)
+{
+	int n = job->o->nranks;
+
+	job->ranks = calloc(n, sizeof(*job->ranks));
+	if (!job->ranks) {
+		perror("distrun");
+		return -1;
+	}
+	for (int r = 0; r < n; r++) {
+		struct rank *rk = &job->ranks[r];
+
+		rk->out_fd = rk->err_fd = rk->errpipe = -1;
+		rk->file_fd[0] = rk->file_fd[1] = -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	struct job job = { .o = &o, .sigfd = -1, .port_fd = -1,
+			   .devnull = -1, .first_fail = -1 };
+	int rc;
+
+	rc = opts_parse(&o, argc, argv);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	rc = 1;
+	job.real_t0 = now_real();
+	job.t0 = now_mono();
+	make_run_id(&job);
+	if (alloc_ranks(&job) || setup_signals(&job))
+		goto out;
+	if (port_reserve(&job))
+		goto out;
+	rc = spawn_prepare(&job);
+	if (rc)
+		goto out;
+	rc = 1;
+	if (mux_init(&job))
+		goto out;
+	if (spawn_all(&job)) {
+		/* Stop the ranks already started, then exit 1. */
+		job.spawn_failed = true;
+		job_stop(&job, SIGTERM);
+	}
+	job_run(&job);
+	job.real_t1 = now_real();
+	rc = job.exit_status = exit_status(&job);
+	mux_flush(&job);
+	if (!o.quiet && (o.summary || rc))
+		report_summary(&job);
+	if (o.report && report_json(&job) && !rc)
+		rc = 1;
+out:
+	mux_release(&job);
+	job_release(&job);
+	spawn_release(&job);
+	if (job.port_fd >= 0)
+		close(job.port_fd);
+	if (job.sigfd >= 0)
+		close(job.sigfd);
+	opts_release(&o);
+	return rc;
+}

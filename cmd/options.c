@@ -1,0 +1,349 @@
+/*
+ * options.c - distrun's command line: the option table and its parsers.
+ *
+ * Every option is defined once, in opt_table[] below: getopt_long's table
+ * and the --help text are both made from it, and tests/options.bats checks
+ * that man/distrun.1 names the same long options.  Parsing stops at the
+ * first non-option (the program), so `distrun -n 2 prog -n 5` gives prog
+ * its own -n 5; `--` also ends the options.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launcher.h"
+
+enum {
+	OPT_NPROC = 'n',
+	OPT_SUMMARY = 'v',
+	OPT_QUIET = 'q',
+	OPT_HELP = 'h',
+	OPT_VERSION = 'V',
+	OPT_NPROC_US = 256,
+	OPT_MASTER_ADDR,
+	OPT_MASTER_ADDR_US,
+	OPT_MASTER_PORT,
+	OPT_MASTER_PORT_US,
+	OPT_RAW,
+	OPT_RANKS,
+	OPT_OUTPUT_DIR,
+	OPT_TIMESTAMPS,
+	OPT_TIMEOUT,
+	OPT_GRACE,
+	OPT_REPORT,
+	OPT_COLOR,
+};
+
+struct opt_def {
+	int id;
+	const char *name;
+	const char *arg;        /* NULL: takes no argument */
+	const char *help;       /* NULL: an alias, listed with the one before */
+};
+
+static const struct opt_def opt_table[] = {
+	{ OPT_NPROC, "nproc-per-node", "N",
+	  "number of ranks to start (1 to 4096, default 1)" },
+	{ OPT_NPROC_US, "nproc_per_node", "N", NULL },
+	{ OPT_MASTER_ADDR, "master-addr", "ADDR",
+	  "MASTER_ADDR given to the ranks (default 127.0.0.1)" },
+	{ OPT_MASTER_ADDR_US, "master_addr", "ADDR", NULL },
+	{ OPT_MASTER_PORT, "master-port", "PORT",
+	  "MASTER_PORT given to the ranks (default: a free port)" },
+	{ OPT_MASTER_PORT_US, "master_port", "PORT", NULL },
+	{ OPT_RAW, "raw", NULL,
+	  "print the ranks' lines without the [rank] label" },
+	{ OPT_RANKS, "ranks", "LIST",
+	  "show only these ranks on the console (0,2-3 or none)" },
+	{ OPT_OUTPUT_DIR, "output-dir", "DIR",
+	  "also write DIR/rank.N.stdout and DIR/rank.N.stderr" },
+	{ OPT_TIMESTAMPS, "timestamps", NULL,
+	  "prefix each line with the seconds since the start" },
+	{ OPT_COLOR, "color", "WHEN",
+	  "colour the labels: auto (default), always, never" },
+	{ OPT_TIMEOUT, "timeout", "DURATION",
+	  "stop the job after DURATION (90s, 5m, 1h); exit 124" },
+	{ OPT_GRACE, "grace", "DURATION",
+	  "time between SIGTERM and SIGKILL when stopping (default 5s)" },
+	{ OPT_REPORT, "report", "FILE",
+	  "write the per-rank summary as JSON to FILE" },
+	{ OPT_SUMMARY, "summary", NULL,
+	  "always print the summary table (default: on failure)" },
+	{ OPT_QUIET, "quiet", NULL,
+	  "never print the summary table" },
+	{ OPT_HELP, "help", NULL, "show this help and exit" },
+	{ OPT_VERSION, "version", NULL, "show the version and exit" },
+};
+#define N_OPTS (sizeof(opt_table) / sizeof(opt_table[0]))
+
+static void usage_hint(const char *fmt, const char *arg)
+{
+	fputs("distrun: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\nTry 'distrun --help'.\n", stderr);
+}
+
+static void print_help(void)
+{
+	printf("Usage: distrun [OPTION]... -n N PROGRAM [ARG]...\n"
+	       "Start N ranks of PROGRAM on this machine with the torchrun "
+	       "environment\n(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), "
+	       "show their output\nwith a [rank] label, and exit with the "
+	       "first failing rank's status.\n\nOptions:\n");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt_def *d = &opt_table[i];
+		char left[80];
+		int len;
+
+		if (!d->help)
+			continue;
+		len = snprintf(left, sizeof(left), "  %s--%s",
+			       d->id < 256 ? (char[]){ '-', (char)d->id, ',',
+						       ' ', 0 } : "    ",
+			       d->name);
+		/* Aliases (the entries with no help after this one). */
+		for (size_t j = i + 1; j < N_OPTS && !opt_table[j].help; j++)
+			len += snprintf(left + len, sizeof(left) - len,
+					", --%s", opt_table[j].name);
+		if (d->arg)
+			len += snprintf(left + len, sizeof(left) - len, " %s",
+					d->arg);
+		if (len > 30)
+			printf("%s\n%32s%s\n", left, "", d->help);
+		else
+			printf("%-32s%s\n", left, d->help);
+	}
+	printf("\nExit status: 0 if every rank exits 0; else the first "
+	       "failing rank's status\n(128+N if killed by signal N); "
+	       "124 on --timeout; 126/127 if PROGRAM\ncannot be run; "
+	       "2 on a bad command line.  See distrun(1).\n");
+}
+
+/* A whole decimal integer in [lo, hi], or -1. */
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int parse_duration(const char *s, double *out)
+{
+	static const struct { const char *suffix; double mult; } units[] = {
+		{ "", 1 }, { "s", 1 }, { "ms", 0.001 }, { "m", 60 },
+		{ "h", 3600 }, { "d", 86400 },
+	};
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || !isfinite(v) || v < 0 || *s == '-' ||
+	    *s == '+' || (*s < '0' && *s != '.') || *s > '9')
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].suffix)) {
+			*out = v * units[i].mult;
+			return 0;
+		}
+	return -1;
+}
+
+/* "0,2-3" or "none" into o->show; needs o->nranks. */
+static int parse_ranks(struct opts *o, const char *s)
+{
+	const char *p = s;
+
+	o->show = calloc(o->nranks, 1);
+	if (!o->show) {
+		perror("distrun");
+		return -1;
+	}
+	if (!strcmp(s, "none"))
+		return 0;
+	for (;;) {
+		char *end;
+		long a, b;
+
+		errno = 0;
+		a = strtol(p, &end, 10);
+		if (errno || end == p || *p == '-' || *p == '+')
+			goto bad;
+		b = a;
+		if (*end == '-') {
+			p = end + 1;
+			b = strtol(p, &end, 10);
+			if (errno || end == p || *p == '-' || *p == '+')
+				goto bad;
+		}
+		if (a > b || b >= o->nranks) {
+			fprintf(stderr, "distrun: --ranks '%s': rank %ld is "
+				"not in 0..%d\nTry 'distrun --help'.\n",
+				s, a > b ? a : b, o->nranks - 1);
+			return -1;
+		}
+		memset(o->show + a, 1, b - a + 1);
+		if (!*end)
+			return 0;
+		if (*end != ',')
+			goto bad;
+		p = end + 1;
+	}
+bad:
+	usage_hint("--ranks '%s': expected a list like 0,2-3 or none", s);
+	return -1;
+}
+
+int opts_parse(struct opts *o, int argc, char **argv)
+{
+	struct option longopts[N_OPTS + 1];
+	long v;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->master_addr = "127.0.0.1";
+	o->grace = 5;
+	o->color = -1;
+	for (size_t i = 0; i < N_OPTS; i++)
+		longopts[i] = (struct option){ opt_table[i].name,
+			opt_table[i].arg ? required_argument : no_argument,
+			NULL, opt_table[i].id };
+	memset(&longopts[N_OPTS], 0, sizeof(longopts[N_OPTS]));
+
+	opterr = 0;
+	/* '+': stop at the program name; ':': report missing arguments. */
+	while ((c = getopt_long(argc, argv, "+:n:vqhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_NPROC:
+		case OPT_NPROC_US:
+			if (parse_int(optarg, 1, MAX_RANKS, &v)) {
+				usage_hint("invalid number of ranks '%s' "
+					   "(expected 1 to 4096)", optarg);
+				return EXIT_USAGE;
+			}
+			o->nranks = (int)v;
+			break;
+		case OPT_MASTER_ADDR:
+		case OPT_MASTER_ADDR_US:
+			if (!*optarg) {
+				usage_hint("%s--master-addr is empty", "");
+				return EXIT_USAGE;
+			}
+			o->master_addr = optarg;
+			break;
+		case OPT_MASTER_PORT:
+		case OPT_MASTER_PORT_US:
+			if (parse_int(optarg, 1, 65535, &v)) {
+				usage_hint("invalid port '%s' (expected 1 to "
+					   "65535)", optarg);
+				return EXIT_USAGE;
+			}
+			o->master_port = (int)v;
+			break;
+		case OPT_RAW:
+			o->raw = true;
+			break;
+		case OPT_RANKS:
+			o->ranks_arg = optarg;
+			break;
+		case OPT_OUTPUT_DIR:
+			o->output_dir = optarg;
+			break;
+		case OPT_TIMESTAMPS:
+			o->timestamps = true;
+			break;
+		case OPT_COLOR:
+			if (!strcmp(optarg, "auto"))
+				o->color = -1;
+			else if (!strcmp(optarg, "always"))
+				o->color = 1;
+			else if (!strcmp(optarg, "never"))
+				o->color = 0;
+			else {
+				usage_hint("--color '%s': expected auto, "
+					   "always or never", optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		case OPT_TIMEOUT:
+			if (parse_duration(optarg, &o->timeout) ||
+			    o->timeout <= 0) {
+				usage_hint("invalid --timeout '%s' (expected "
+					   "a duration like 90s, 5m, 1h)",
+					   optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		case OPT_GRACE:
+			if (parse_duration(optarg, &o->grace)) {
+				usage_hint("invalid --grace '%s' (expected "
+					   "a duration like 5s, 500ms)", optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		case OPT_REPORT:
+			o->report = optarg;
+			break;
+		case OPT_SUMMARY:
+			o->summary = true;
+			break;
+		case OPT_QUIET:
+			o->quiet = true;
+			break;
+		case OPT_HELP:
+			print_help();
+			return -1;
+		case OPT_VERSION:
+			printf("distrun %s\n", DISTRUN_VERSION);
+			return -1;
+		case ':':
+			usage_hint("option '%s' needs an argument",
+				   argv[optind - 1]);
+			return EXIT_USAGE;
+		default:
+			if (optopt) {
+				char opt[3] = { '-', (char)optopt, 0 };
+				usage_hint("unknown option '%s'", opt);
+			} else {
+				usage_hint("unknown option '%s'",
+					   argv[optind - 1]);
+			}
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage_hint("%smissing the program to run", "");
+		return EXIT_USAGE;
+	}
+	if (!o->nranks)
+		o->nranks = 1;  /* as torchrun's default */
+	o->argv = argv + optind;
+	o->argc = argc - optind;
+	if (o->ranks_arg) {
+		if (parse_ranks(o, o->ranks_arg))
+			return EXIT_USAGE;
+	} else {
+		o->show = malloc(o->nranks);
+		if (!o->show) {
+			perror("distrun");
+			return EXIT_USAGE;
+		}
+		memset(o->show, 1, o->nranks);
+	}
+	return 0;
+}
+
+void opts_release(struct opts *o)
+{
+	free(o->show);
+	o->show = NULL;
+}

@@ -1,0 +1,228 @@
+/*
+ * report.c - how the job went: the summary table on stderr and the JSON
+ * file of --report.  This is the only file that includes <jansson.h>.
+ *
+ * Both show, per rank, its exit status or signal, wall time (from fork to
+ * reap), user and system CPU time and maximum resident set size, as wait4()
+ * reported them for the rank and the descendants it waited for.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "launcher.h"
+
+const char *signal_name(int sig)
+{
+	static char buf[32];
+	const char *abbrev = sigabbrev_np(sig);
+
+	if (abbrev) {
+		snprintf(buf, sizeof(buf), "SIG%s", abbrev);
+		return buf;
+	}
+	snprintf(buf, sizeof(buf), "signal %d", sig);
+	return buf;
+}
+
+const char *rank_status_str(const struct rank *rk, char *buf, size_t n)
+{
+	if (rk->state == RANK_NEW)
+		snprintf(buf, n, "not started");
+	else if (rk->state == RANK_RUNNING)
+		snprintf(buf, n, "running");
+	else if (WIFEXITED(rk->status))
+		snprintf(buf, n, "exited with status %d",
+			 WEXITSTATUS(rk->status));
+	else if (WIFSIGNALED(rk->status))
+		snprintf(buf, n, "was killed by %s",
+			 signal_name(WTERMSIG(rk->status)));
+	else
+		snprintf(buf, n, "ended with wait status %#x", rk->status);
+	return buf;
+}
+
+const char *rank_list_str(const uint8_t *flags, int n, char *buf, size_t sz)
+{
+	size_t len = 0;
+
+	buf[0] = 0;
+	for (int r = 0; r < n; r++) {
+		int e = r;
+
+		if (!flags[r])
+			continue;
+		while (e + 1 < n && flags[e + 1])
+			e++;
+		if (len + 24 >= sz) {
+			snprintf(buf + len, sz - len, "...");
+			return buf;
+		}
+		len += snprintf(buf + len, sz - len, "%s%d", len ? "," : "", r);
+		if (e > r)
+			len += snprintf(buf + len, sz - len, "-%d", e);
+		r = e;
+	}
+	if (!len)
+		snprintf(buf, sz, "none");
+	return buf;
+}
+
+static double tv_sec(struct timeval tv)
+{
+	return tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+static double rank_wall(const struct rank *rk)
+{
+	if (rk->state == RANK_NEW)
+		return 0;
+	return (rk->state == RANK_EXITED ? rk->t_end : now_mono()) -
+	       rk->t_start;
+}
+
+/* A short status for the table: "0", "3", "SIGSEGV", "running". */
+static const char *short_status(const struct rank *rk, char *buf, size_t n)
+{
+	if (rk->state != RANK_EXITED)
+		return rk->state == RANK_NEW ? "-" : "running";
+	if (WIFEXITED(rk->status))
+		snprintf(buf, n, "%d", WEXITSTATUS(rk->status));
+	else if (WIFSIGNALED(rk->status))
+		snprintf(buf, n, "%s", signal_name(WTERMSIG(rk->status)));
+	else
+		snprintf(buf, n, "?");
+	return buf;
+}
+
+static const char *rank_note(const struct job *job, int r)
+{
+	if (r == job->first_fail)
+		return "first failure";
+	if (job->ranks[r].exec_errno)
+		return "cannot run";
+	if (job->ranks[r].stopped)
+		return job->timed_out ? "timed out" : "stopped";
+	return "";
+}
+
+void report_summary(struct job *job)
+{
+	double wall = (job->real_t1 - job->real_t0);
+
+	fprintf(stderr, "distrun: %d rank%s, %.3fs, exit status %d\n",
+		job->o->nranks, job->o->nranks == 1 ? "" : "s", wall,
+		job->exit_status);
+	fprintf(stderr, "%6s  %-9s %10s %10s %10s %10s  %s\n", "rank",
+		"status", "wall", "user", "sys", "maxrss", "note");
+	for (int r = 0; r < job->o->nranks; r++) {
+		const struct rank *rk = &job->ranks[r];
+		const char *note = rank_note(job, r);
+		char st[32];
+
+		fprintf(stderr, "%6d  %-9s %9.3fs %9.3fs %9.3fs %6.1f MiB%s%s\n",
+			r, short_status(rk, st, sizeof(st)),
+			rank_wall(rk), tv_sec(rk->ru.ru_utime),
+			tv_sec(rk->ru.ru_stime), rk->ru.ru_maxrss / 1024.0,
+			*note ? "  " : "", note);
+	}
+}
+
+static json_t *iso_time(double t)
+{
+	time_t s = (time_t)t;
+	struct tm tm;
+	char buf[64];
+
+	gmtime_r(&s, &tm);
+	snprintf(buf + strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm),
+		 16, ".%03dZ", (int)((t - s) * 1000));
+	return json_string(buf);
+}
+
+static const char *job_reason(const struct job *job)
+{
+	if (job->first_fail >= 0)
+		return "rank failed";
+	if (job->timed_out)
+		return "timeout";
+	if (job->stop_signal)
+		return "signal";
+	return "ok";
+}
+
+int report_json(struct job *job)
+{
+	const struct opts *o = job->o;
+	json_t *root = json_object(), *cmd = json_array(),
+	       *ranks = json_array();
+	int rc = -1;
+
+	if (!root || !cmd || !ranks)
+		goto out;
+	for (int i = 0; i < o->argc; i++)
+		json_array_append_new(cmd, json_string(o->argv[i]));
+	json_object_set(root, "command", cmd);
+	json_object_set_new(root, "world_size", json_integer(o->nranks));
+	json_object_set_new(root, "run_id", json_string(job->run_id));
+	json_object_set_new(root, "master_addr", json_string(o->master_addr));
+	json_object_set_new(root, "master_port",
+			    json_integer(job->master_port));
+	json_object_set_new(root, "start", iso_time(job->real_t0));
+	json_object_set_new(root, "end", iso_time(job->real_t1));
+	json_object_set_new(root, "wall_s",
+			    json_real(job->real_t1 - job->real_t0));
+	json_object_set_new(root, "exit_status", json_integer(job->exit_status));
+	json_object_set_new(root, "reason", json_string(job_reason(job)));
+	json_object_set_new(root, "first_failed_rank", job->first_fail >= 0 ?
+			    json_integer(job->first_fail) : json_null());
+	json_object_set_new(root, "signal", job->stop_signal ?
+			    json_string(signal_name(job->stop_signal)) :
+			    json_null());
+	for (int r = 0; r < o->nranks; r++) {
+		const struct rank *rk = &job->ranks[r];
+		bool exited = rk->state == RANK_EXITED;
+		bool sig = exited && WIFSIGNALED(rk->status);
+		json_t *j = json_object();
+
+		if (!j)
+			goto out;
+		json_object_set_new(j, "rank", json_integer(r));
+		json_object_set_new(j, "pid", json_integer(rk->pid));
+		json_object_set_new(j, "state", json_string(
+			!exited ? (rk->state == RANK_NEW ? "not started" :
+				   "running") :
+			sig ? "signaled" : "exited"));
+		json_object_set_new(j, "exit_code",
+			exited && WIFEXITED(rk->status) ?
+			json_integer(WEXITSTATUS(rk->status)) : json_null());
+		json_object_set_new(j, "signal", sig ?
+			json_string(signal_name(WTERMSIG(rk->status))) :
+			json_null());
+		json_object_set_new(j, "status", json_integer(!exited ? -1 :
+			sig ? 128 + WTERMSIG(rk->status) :
+			WEXITSTATUS(rk->status)));
+		json_object_set_new(j, "note", json_string(rank_note(job, r)));
+		json_object_set_new(j, "wall_s", json_real(rank_wall(rk)));
+		json_object_set_new(j, "user_s",
+				    json_real(tv_sec(rk->ru.ru_utime)));
+		json_object_set_new(j, "sys_s",
+				    json_real(tv_sec(rk->ru.ru_stime)));
+		json_object_set_new(j, "maxrss_kib",
+				    json_integer(rk->ru.ru_maxrss));
+		json_array_append_new(ranks, j);
+	}
+	json_object_set(root, "ranks", ranks);
+	if (json_dump_file(root, o->report, JSON_INDENT(2)) == 0)
+		rc = 0;
+	else
+		fprintf(stderr, "distrun: --report %s: cannot write the "
+			"file\n", o->report);
+out:
+	json_decref(cmd);
+	json_decref(ranks);
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,312 @@
+/*
+ * spawn.c - starting the ranks: environment, PATH lookup, fork and exec.
+ *
+ * Modelled on git's start_command(): everything a child needs (the
+ * program's path, its argv, its whole environment, its fds) is made in the
+ * parent before fork(), so the child does only async-signal-safe work:
+ * setpgid, prctl, dup2, sigprocmask, execve.  If execve fails, the child
+ * writes errno into an O_CLOEXEC pipe and _exit()s with 127 (not found) or
+ * 126 (not executable); the parent reads the pipe, which gives 0 bytes when
+ * the exec succeeded.
+ *
+ * Every rank leads its own process group, so that stopping a rank also
+ * stops what it forked (killpg).  PR_SET_PDEATHSIG makes the kernel SIGKILL
+ * a rank when distrun dies, even by kill -9, so ranks never outlive it.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+extern char **environ;
+
+/* The variables distrun sets; an inherited value is replaced. */
+static const char *const set_vars[] = {
+	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+	"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+	"ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
+};
+#define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
+
+/* Slots in the environment template rewritten for every rank. */
+enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, N_SLOTS };
+static char rank_str[N_SLOTS][32];
+static size_t env_nalloc;   /* job->env[N_SLOTS..env_nalloc) are ours */
+
+static bool is_set_var(const char *entry)
+{
+	size_t n = strcspn(entry, "=");
+
+	for (size_t i = 0; i < N_SET; i++)
+		if (strlen(set_vars[i]) == n && !strncmp(entry, set_vars[i], n))
+			return true;
+	return false;
+}
+
+static char *xasprintf(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return n < 0 ? NULL : s;
+}
+
+static int build_env(struct job *job)
+{
+	const struct opts *o = job->o;
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + N_SET + 2, sizeof(*env));
+	if (!env)
+		return -1;
+	job->env = env;
+	env[k++] = rank_str[SLOT_RANK];
+	env[k++] = rank_str[SLOT_LOCAL_RANK];
+	env[k++] = rank_str[SLOT_ROLE_RANK];
+	/* The rest are the same for every rank. */
+	env[k++] = xasprintf("WORLD_SIZE=%d", o->nranks);
+	env[k++] = xasprintf("LOCAL_WORLD_SIZE=%d", o->nranks);
+	env[k++] = xasprintf("ROLE_WORLD_SIZE=%d", o->nranks);
+	env[k++] = xasprintf("DISTRUN_NRANKS=%d", o->nranks);
+	env[k++] = xasprintf("MASTER_ADDR=%s", o->master_addr);
+	env[k++] = xasprintf("MASTER_PORT=%d", job->master_port);
+	env[k++] = xasprintf("TORCHELASTIC_RUN_ID=%s", job->run_id);
+	env[k++] = xasprintf("DISTRUN_JOB_ID=%s", job->run_id);
+	env[k++] = strdup("GROUP_RANK=0");
+	env[k++] = strdup("GROUP_WORLD_SIZE=1");
+	env[k++] = strdup("ROLE_NAME=default");
+	env[k++] = strdup("TORCHELASTIC_RESTART_COUNT=0");
+	env[k++] = strdup("TORCHELASTIC_MAX_RESTARTS=0");
+	env[k++] = strdup("TORCHELASTIC_USE_AGENT_STORE=False");
+	if (!getenv("OMP_NUM_THREADS"))
+		env[k++] = strdup("OMP_NUM_THREADS=1");
+	env_nalloc = k;
+	for (size_t i = N_SLOTS; i < k; i++)
+		if (!env[i])
+			return -1;
+	for (size_t i = 0; i < n; i++)
+		if (!is_set_var(environ[i]))
+			env[k++] = environ[i];
+	env[k] = NULL;
+	return 0;
+}
+
+/* Like execvp's search, done once in the parent.  Returns 0 and a
+ * malloc'd path, or the exit status after printing why. */
+static int resolve_program(const char *name, char **out)
+{
+	const char *path = getenv("PATH");
+	bool denied = false;
+	struct stat st;
+
+	if (strchr(name, '/')) {
+		if (stat(name, &st)) {
+			fprintf(stderr, "distrun: %s: %s\n", name,
+				strerror(errno));
+			return errno == ENOENT || errno == ENOTDIR ?
+				EXIT_NOTFOUND : EXIT_NOEXEC;
+		}
+		if (S_ISDIR(st.st_mode) || access(name, X_OK)) {
+			fprintf(stderr, "distrun: %s: %s\n", name,
+				S_ISDIR(st.st_mode) ? "Is a directory" :
+				strerror(EACCES));
+			return EXIT_NOEXEC;
+		}
+		*out = strdup(name);
+		return *out ? 0 : 1;
+	}
+	if (!path)
+		path = "/usr/local/bin:/bin:/usr/bin";
+	for (const char *p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		char *cand;
+
+		/* An empty element means the current directory. */
+		if (end == p)
+			cand = xasprintf("%s", name);
+		else
+			cand = xasprintf("%.*s/%s", (int)(end - p), p, name);
+		if (!cand)
+			return 1;
+		if (!stat(cand, &st) && S_ISREG(st.st_mode)) {
+			if (!access(cand, X_OK)) {
+				*out = cand;
+				return 0;
+			}
+			denied = true;
+		}
+		free(cand);
+		if (!*end)
+			break;
+		p = end;
+	}
+	if (denied) {
+		fprintf(stderr, "distrun: %s: Permission denied\n", name);
+		return EXIT_NOEXEC;
+	}
+	fprintf(stderr, "distrun: %s: command not found\n", name);
+	return EXIT_NOTFOUND;
+}
+
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	/* Two pipes per rank and a file per stream with --output-dir. */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int spawn_prepare(struct job *job)
+{
+	int rc;
+
+	raise_fd_limit();
+	rc = resolve_program(job->o->argv[0], &job->prog_path);
+	if (rc)
+		return rc;
+	if (build_env(job)) {
+		perror("distrun: environment");
+		return 1;
+	}
+	job->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (job->devnull < 0) {
+		perror("distrun: /dev/null");
+		return 1;
+	}
+	return 0;
+}
+
+/* In the child, between fork and exec: async-signal-safe calls only. */
+static void __attribute__((noreturn))
+child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
+{
+	int e;
+
+	setpgid(0, 0);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(EXIT_NOTFOUND);   /* distrun is already gone */
+	if (dup2(job->devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		goto fail;
+	signal(SIGPIPE, SIG_DFL);   /* ignored in distrun; exec keeps that */
+	sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
+	execve(job->prog_path, job->o->argv, job->env);
+fail:
+	e = errno;
+	while (write(errpipe, &e, sizeof(e)) < 0 && errno == EINTR)
+		;
+	_exit(e == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
+}
+
+static int spawn_rank(struct job *job, int r, pid_t self)
+{
+	struct rank *rk = &job->ranks[r];
+	int out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
+	pid_t pid;
+
+	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
+	    pipe2(ep, O_CLOEXEC))
+		goto fail;
+	snprintf(rank_str[SLOT_RANK], 32, "RANK=%d", r);
+	snprintf(rank_str[SLOT_LOCAL_RANK], 32, "LOCAL_RANK=%d", r);
+	snprintf(rank_str[SLOT_ROLE_RANK], 32, "ROLE_RANK=%d", r);
+	rk->t_start = now_mono();
+	pid = fork();
+	if (pid < 0)
+		goto fail;
+	if (pid == 0)
+		child_exec(job, self, out[1], err[1], ep[1]);
+	/* Also here, so that killpg works before the child has run. */
+	setpgid(pid, pid);
+	close(out[1]);
+	close(err[1]);
+	close(ep[1]);
+	fcntl(out[0], F_SETFL, O_NONBLOCK);
+	fcntl(err[0], F_SETFL, O_NONBLOCK);
+	rk->pid = pid;
+	rk->state = RANK_RUNNING;
+	rk->out_fd = out[0];
+	rk->err_fd = err[0];
+	rk->errpipe = ep[0];
+	job->nlive++;
+	job->nopen += 2;
+	return 0;
+fail:
+	fprintf(stderr, "distrun: cannot start rank %d: %s\n", r,
+		strerror(errno));
+	for (int i = 0; i < 2; i++) {
+		if (out[i] >= 0)
+			close(out[i]);
+		if (err[i] >= 0)
+			close(err[i]);
+		if (ep[i] >= 0)
+			close(ep[i]);
+	}
+	return -1;
+}
+
+int spawn_all(struct job *job)
+{
+	pid_t self = getpid();
+	int rc = 0;
+
+	for (int r = 0; r < job->o->nranks; r++)
+		if (spawn_rank(job, r, self)) {
+			rc = -1;
+			break;
+		}
+	/* All ranks are forked; now collect exec results (each read ends
+	 * when that child has exec'd or failed). */
+	for (int r = 0; r < job->o->nranks; r++) {
+		struct rank *rk = &job->ranks[r];
+		ssize_t n;
+		int e;
+
+		if (rk->errpipe < 0)
+			continue;
+		do
+			n = read(rk->errpipe, &e, sizeof(e));
+		while (n < 0 && errno == EINTR);
+		if (n == sizeof(e))
+			rk->exec_errno = e;
+		close(rk->errpipe);
+		rk->errpipe = -1;
+	}
+	return rc;
+}
+
+void spawn_release(struct job *job)
+{
+	if (job->env) {
+		for (size_t i = N_SLOTS; i < env_nalloc; i++)
+			free(job->env[i]);
+		free(job->env);
+		job->env = NULL;
+	}
+	free(job->prog_path);
+	job->prog_path = NULL;
+	if (job->devnull >= 0)
+		close(job->devnull);
+	job->devnull = -1;
+}
