@@ -109,6 +109,23 @@ $(B)/testdata/%: testdata/progs/%.c
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -lpthread
 
+# --- GPU tests: they need a kernel, so they are built only where nvcc is
+# (never under ASAN: nvcc links without the sanitizer runtime).  Kernels for
+# sm_90 plus PTX for newer devices; run by `make test-gpu`.
+GPU_SRC   := $(wildcard tests/gpu/*.cu)
+GPU_TESTS := $(GPU_SRC:tests/gpu/%.cu=$(B)/gpu/%)
+NVCC_FLAGS ?= -O2 -gencode arch=compute_90,code=sm_90 \
+	      -gencode arch=compute_90,code=compute_90
+ifneq ($(NVCC),)
+ifneq ($(ASAN),1)
+all: $(GPU_TESTS)
+endif
+endif
+$(B)/gpu/%: tests/gpu/%.cu $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) $(NVCC_FLAGS) -Iruntime -o $@ $< $(LIB_A) $(LIBS_RT)
+
 # --- tests ---------------------------------------------------------------
 test: all test-unit test-bats
 
