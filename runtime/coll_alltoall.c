@@ -1,0 +1,157 @@
+/*
+ * coll_alltoall.c - dr_all_to_all and dr_all_to_all_v.
+ *
+ * Pairwise exchange: at step k (1 .. p-1) rank r sends its piece for r + k
+ * and receives the piece of r - k, so that every rank sends to and
+ * receives from exactly one peer per step and no link carries two
+ * messages at once.  DRI_A2A_WINDOW steps are posted together, which hides
+ * the latency of small pieces while bounding what is in flight on a large
+ * group.  Pieces go straight from sendbuf to the peer and straight into
+ * recvbuf; only an in-place call copies its input first.
+ *
+ * With variable splits every message's header carries its own element
+ * count, so a rank expecting another count from a peer than the peer sends
+ * fails with DR_EMISMATCH instead of reading a wrong piece.  Empty pieces
+ * are sent too: that is what lets the receiver tell "nothing" from "not yet".
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+static dr_err all_to_all_run(dri_op *op)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	size_t es = dr_dtype_size(op->dtype);
+	size_t *soff = dri_scratch((size_t)(p + 1) * 2 * sizeof(*soff));
+	size_t *roff = soff ? soff + p + 1 : NULL;
+	const char *in = op->sendbuf;
+	char *out = op->buf, *copy = NULL;
+	dri_req reqs[2 * DRI_A2A_WINDOW];
+	dri_msg_id ids[2 * DRI_A2A_WINDOW];
+	dr_err err = DR_ENOMEM;
+
+	if (!soff)
+		goto out;
+	soff[0] = roff[0] = 0;
+	for (int i = 0; i < p; i++) {
+		soff[i + 1] = soff[i] + (op->counts ? op->counts[i] : op->count);
+		roff[i + 1] = roff[i] + (op->counts ? op->counts[p + i] : op->count);
+	}
+	/* In place: the pieces we receive would overwrite ones not yet sent. */
+	if ((uintptr_t)out < (uintptr_t)in + soff[p] * es &&
+	    (uintptr_t)in < (uintptr_t)out + roff[p] * es) {
+		in = copy = dri_scratch(soff[p] * es);
+		if (!copy)
+			goto out;
+		memcpy(copy, op->sendbuf, soff[p] * es);
+	}
+	memmove(out + roff[r] * es, in + soff[r] * es, (soff[r + 1] - soff[r]) * es);
+	err = DR_OK;
+	for (int k0 = 1; k0 < p && !err; k0 += DRI_A2A_WINDOW) {
+		int n = 0;
+
+		for (int k = k0; k < p && k < k0 + DRI_A2A_WINDOW && !err; k++) {
+			int to = dri_pair_to(r, k, p), from = dri_pair_from(r, k, p);
+			size_t sn = soff[to + 1] - soff[to];
+			size_t rn = roff[from + 1] - roff[from];
+
+			ids[n] = ids[n + 1] = op->id;
+			if (op->counts) {
+				ids[n].count = sn;
+				ids[n + 1].count = rn;
+			}
+			err = dri_isend(&reqs[n], &ids[n], dri_peer(g, to),
+					in + soff[to] * es, sn * es);
+			if (err)
+				break;
+			n++;
+			err = dri_irecv(&reqs[n], &ids[n], dri_peer(g, from),
+					out + roff[from] * es, rn * es);
+			if (!err)
+				n++;
+		}
+		err = dri_coll_wait(reqs, n, err);
+	}
+out:
+	free(copy);
+	free(soff);
+	return err;
+}
+
+static dr_err all_to_all_submit(const char *call, const void *sendbuf,
+				const size_t *send_counts, void *recvbuf,
+				const size_t *recv_counts, size_t count,
+				dr_dtype dtype, dr_group *group, dr_work **work)
+{
+	dri_op op = { 0 };
+	size_t stotal, rtotal;
+	dr_group *g;
+	dr_err err;
+
+	if (work)
+		*work = NULL;
+	err = dri_coll_check(call, group, &g, dtype, -1);
+	if (err)
+		return err;
+	if (send_counts || recv_counts) {
+		size_t lim = SIZE_MAX / dr_dtype_size(dtype);
+
+		if (!send_counts || !recv_counts)
+			return dri_fail(DR_EINVAL, "%s: %s is NULL", call,
+					send_counts ? "recv_counts" : "send_counts");
+		stotal = rtotal = 0;
+		for (int i = 0; i < g->size; i++) {
+			if (send_counts[i] > lim - stotal ||
+			    recv_counts[i] > lim - rtotal)
+				return dri_fail(DR_EINVAL, "%s: counts add up to "
+						"more than memory", call);
+			stotal += send_counts[i];
+			rtotal += recv_counts[i];
+		}
+		if (g->rank >= 0 && send_counts[g->rank] != recv_counts[g->rank])
+			return dri_fail(DR_EINVAL, "%s: send_counts[%d] = %zu but "
+					"recv_counts[%d] = %zu (this rank's piece "
+					"to itself)", call, g->rank,
+					send_counts[g->rank], g->rank,
+					recv_counts[g->rank]);
+	} else {
+		if (count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
+			return dri_fail(DR_EINVAL, "%s: count %zu is too large",
+					call, count);
+		stotal = rtotal = count * (size_t)g->size;
+	}
+	err = dri_coll_check_buf(call, sendbuf, stotal, "sendbuf");
+	if (!err)
+		err = dri_coll_check_buf(call, recvbuf, rtotal, "recvbuf");
+	if (err)
+		return err;
+	if (send_counts) {
+		op.counts = malloc(2 * (size_t)g->size * sizeof(*op.counts));
+		if (!op.counts)
+			return dri_fail(DR_ENOMEM, "%s: out of memory", call);
+		memcpy(op.counts, send_counts, (size_t)g->size * sizeof(size_t));
+		memcpy(op.counts + g->size, recv_counts,
+		       (size_t)g->size * sizeof(size_t));
+	}
+	dri_coll_op(&op, all_to_all_run,
+		    send_counts ? DRI_ALL_TO_ALL_V : DRI_ALL_TO_ALL, g, sendbuf,
+		    recvbuf, count, dtype, -1, -1);
+	return dri_submit(&op, work);
+}
+
+dr_err dr_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
+		     dr_dtype dtype, dr_group *group, dr_work **work)
+{
+	return all_to_all_submit("all_to_all", sendbuf, NULL, recvbuf, NULL,
+				 count, dtype, group, work);
+}
+
+dr_err dr_all_to_all_v(const void *sendbuf, const size_t *send_counts,
+		       void *recvbuf, const size_t *recv_counts,
+		       dr_dtype dtype, dr_group *group, dr_work **work)
+{
+	return all_to_all_submit("all_to_all_v", sendbuf, send_counts, recvbuf,
+				 recv_counts, 0, dtype, group, work);
+}

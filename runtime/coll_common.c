@@ -1,0 +1,160 @@
+/*
+ * coll_common.c - argument checks shared by the public entry points of the
+ * collectives in coll_*.c, and their scratch memory.
+ *
+ * Each entry point checks its arguments before anything is sent, so that a
+ * bad call fails on the calling rank alone with a message naming the call
+ * and the argument, and its peers never see a half-started collective.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+int dri_group_index(const dr_group *g, int world_rank)
+{
+	if (!g->ranks)
+		return world_rank >= 0 && world_rank < g->size ? world_rank : -1;
+	for (int i = 0; i < g->size; i++)
+		if (g->ranks[i] == world_rank)
+			return i;
+	return -1;
+}
+
+dr_err dri_coll_group(const char *call, dr_group *group, dr_group **out)
+{
+	if (!dr_is_initialized() || !dri_world())
+		return dri_fail(DR_ENOINIT, "%s: the default process group has "
+				"not been initialized", call);
+	*out = group ? group : dri_world();
+	return DR_OK;
+}
+
+dr_err dri_coll_check(const char *call, dr_group *group, dr_group **out,
+		      dr_dtype dtype, int op)
+{
+	dr_err err = dri_coll_group(call, group, out);
+
+	if (err)
+		return err;
+	if ((unsigned)dtype >= DR_DTYPE_COUNT_)
+		return dri_fail(DR_EINVAL, "%s: invalid dtype %d", call,
+				(int)dtype);
+	if (op < 0)
+		return DR_OK;
+	if (op >= DR_OP_COUNT_)
+		return dri_fail(DR_EINVAL, "%s: invalid op %d", call, op);
+	err = dri_reduce_check(dtype, (dr_op)op);
+	if (err)
+		return dri_fail(err, "%s: op %s does not apply to %s", call,
+				dr_op_name((dr_op)op), dr_dtype_name(dtype));
+	return DR_OK;
+}
+
+dr_err dri_coll_check_root(const char *call, const dr_group *g, int root,
+			   const char *what)
+{
+	if (dri_group_index(g, root) < 0)
+		return dri_fail(DR_EINVAL, "%s: %s %d is not a rank of the "
+				"group (size %d)", call, what, root, g->size);
+	return DR_OK;
+}
+
+dr_err dri_coll_check_buf(const char *call, const void *buf, size_t n,
+			  const char *what)
+{
+	if (!buf && n)
+		return dri_fail(DR_EINVAL, "%s: %s is NULL but holds %zu "
+				"elements", call, what, n);
+	return DR_OK;
+}
+
+void *dri_scratch(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
+	return p;
+}
+
+void *dri_or_empty(const void *p)
+{
+	static char empty[8];
+	return p ? (void *)p : empty;
+}
+
+dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
+{
+	dr_err werr = n ? dri_waitall(reqs, n) : DR_OK;
+	return err ? err : werr;
+}
+
+void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
+		 dr_group *g, const void *sendbuf, void *buf, size_t count,
+		 dr_dtype dtype, int redop, int root)
+{
+	op->run = run;
+	op->id.coll = coll;
+	op->id.count = count;
+	op->id.dtype = (int32_t)dtype;
+	op->id.op = redop;
+	op->id.root = root;
+	op->group = g;
+	op->sendbuf = dri_or_empty(sendbuf);
+	op->buf = dri_or_empty(buf);
+	op->count = count;
+	op->dtype = dtype;
+	op->redop = redop < 0 ? DR_SUM : (dr_op)redop;
+	op->root = root;
+	op->device = dri_cuda_ptr_device(buf ? buf : sendbuf);
+}
+
+dr_err dri_rooted_run(dri_op *op, dri_rooted_fn tree, dri_rooted_fn direct)
+{
+	const dr_group *g = op->group;
+	int root = dri_group_index(g, op->root);
+	size_t blk = op->count * dr_dtype_size(op->dtype);
+
+	if (g->size == 1) {
+		memmove(op->buf, op->sendbuf, blk);
+		return DR_OK;
+	}
+	if (blk * (size_t)g->size <= DRI_COLL_SMALL_BYTES)
+		return tree(op, root, blk);
+	return direct(op, root, blk);
+}
+
+dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank, nreq = 0;
+	char *all = gather ? op->buf : (char *)op->sendbuf;
+	dri_req *reqs;
+	dr_err err = DR_OK;
+
+	if (r != root)
+		return gather ? dri_send(&op->id, dri_peer(g, root), op->sendbuf, blk)
+			      : dri_recv(&op->id, dri_peer(g, root), op->buf, blk);
+	reqs = dri_scratch((size_t)p * sizeof(*reqs));
+	if (!reqs)
+		return DR_ENOMEM;
+	for (int i = 0; i < p && !err; i++) {
+		char *piece = all + (size_t)i * blk;
+
+		if (i == r)
+			continue;
+		err = gather ? dri_irecv(&reqs[nreq], &op->id, dri_peer(g, i),
+					 piece, blk)
+			     : dri_isend(&reqs[nreq], &op->id, dri_peer(g, i),
+					 piece, blk);
+		if (!err)
+			nreq++;
+	}
+	err = dri_coll_wait(reqs, nreq, err);
+	/* The root's own piece last: in place, it may be another's slot. */
+	if (!err)
+		memmove(gather ? all + (size_t)r * blk : op->buf,
+			gather ? op->sendbuf : all + (size_t)r * blk, blk);
+	free(reqs);
+	return err;
+}

@@ -1,0 +1,196 @@
+/*
+ * coll_gather.c - dr_all_gather and dr_gather.
+ *
+ * all_gather: small results take lg p steps, by recursive doubling on a
+ * power-of-two group (in place in the caller's recvbuf) or Bruck's
+ * algorithm otherwise (in scratch, rotated at the end); large ones go round
+ * a ring, p-1 steps each moving one block straight between the callers'
+ * buffers, so that every rank only ever talks to its two neighbours.
+ *
+ * gather: small messages climb a binomial tree (each inner rank forwards
+ * its whole subtree in one message); large ones go directly to the root,
+ * which posts every receive at once into its recvbuf.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+static dr_err all_gather_rd(const dri_op *op, char *out, size_t blk)
+{
+	const dr_group *g = op->group;
+	int r = g->rank;
+
+	for (int d = 1; d < g->size; d <<= 1) {
+		int partner = r ^ d;
+		dr_err err = dri_sendrecv(&op->id, dri_peer(g, partner),
+					  out + (size_t)dri_rd_start(r, d) * blk,
+					  (size_t)d * blk, dri_peer(g, partner),
+					  out + (size_t)dri_rd_start(partner, d) * blk,
+					  (size_t)d * blk);
+		if (err)
+			return err;
+	}
+	return DR_OK;
+}
+
+static dr_err all_gather_bruck(const dri_op *op, char *out, size_t blk)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	char *tmp = dri_scratch((size_t)p * blk);
+	dr_err err = DR_ENOMEM;
+
+	if (!tmp)
+		goto out;
+	memcpy(tmp, out + (size_t)r * blk, blk);
+	for (int d = 1; d < p; d <<= 1) {
+		size_t nb = (size_t)dri_bruck_n(d, p) * blk;
+
+		err = dri_sendrecv(&op->id, dri_peer(g, dri_mod(r - d, p)), tmp,
+				   nb, dri_peer(g, dri_mod(r + d, p)),
+				   tmp + (size_t)d * blk, nb);
+		if (err)
+			goto out;
+	}
+	/* Slot i holds block r + i: two contiguous runs. */
+	memcpy(out + (size_t)r * blk, tmp, (size_t)(p - r) * blk);
+	memcpy(out, tmp + (size_t)(p - r) * blk, (size_t)r * blk);
+	err = DR_OK;
+out:
+	free(tmp);
+	return err;
+}
+
+static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	int right = dri_peer(g, dri_mod(r + 1, p));
+	int left = dri_peer(g, dri_mod(r - 1, p));
+
+	for (int s = 0; s < p - 1; s++) {
+		int sb = dri_ring_ag_send(r, s, p);
+		int rb = dri_ring_ag_send(r - 1, s, p);
+		dr_err err = dri_sendrecv(&op->id, right,
+					  out + (size_t)sb * blk, blk, left,
+					  out + (size_t)rb * blk, blk);
+		if (err)
+			return err;
+	}
+	return DR_OK;
+}
+
+static dr_err all_gather_run(dri_op *op)
+{
+	const dr_group *g = op->group;
+	int p = g->size;
+	size_t blk = op->count * dr_dtype_size(op->dtype);
+	char *out = op->buf;
+
+	if (out + (size_t)g->rank * blk != (const char *)op->sendbuf)
+		memmove(out + (size_t)g->rank * blk, op->sendbuf, blk);
+	if (p == 1)
+		return DR_OK;
+	if (blk * (size_t)p > DRI_COLL_SMALL_BYTES)
+		return all_gather_ring(op, out, blk);
+	if (dri_is_pow2(p))
+		return all_gather_rd(op, out, blk);
+	return all_gather_bruck(op, out, blk);
+}
+
+static dr_err gather_tree(const dri_op *op, int root, size_t blk)
+{
+	const dr_group *g = op->group;
+	int p = g->size, vr = dri_mod(g->rank - root, p);
+	int span = vr ? dri_binom_subtree(vr, dri_binom_limit(vr, p), p) : p;
+	char *tmp = NULL;
+	dr_err err = DR_OK;
+
+	if (span == 1) /* a leaf sends its own block as it is */
+		return dri_send(&op->id,
+				dri_peer(g, dri_mod(dri_binom_parent(vr) + root, p)),
+				op->sendbuf, blk);
+	tmp = dri_scratch((size_t)span * blk);
+	if (!tmp)
+		return DR_ENOMEM;
+	memcpy(tmp, op->sendbuf, blk);
+	for (int m = 1; m < dri_binom_limit(vr, p) && vr + m < p; m <<= 1) {
+		int child = vr + m;
+
+		err = dri_recv(&op->id, dri_peer(g, dri_mod(child + root, p)),
+			       tmp + (size_t)m * blk,
+			       (size_t)dri_binom_subtree(child, m, p) * blk);
+		if (err)
+			goto out;
+	}
+	if (vr) {
+		err = dri_send(&op->id,
+			       dri_peer(g, dri_mod(dri_binom_parent(vr) + root, p)),
+			       tmp, (size_t)span * blk);
+		goto out;
+	}
+	/* Slot j holds relative rank j, i.e. group rank root + j. */
+	memcpy((char *)op->buf + (size_t)root * blk, tmp, (size_t)(p - root) * blk);
+	memcpy(op->buf, tmp + (size_t)(p - root) * blk, (size_t)root * blk);
+out:
+	free(tmp);
+	return err;
+}
+
+static dr_err gather_direct(const dri_op *op, int root, size_t blk)
+{
+	return dri_rooted_direct(op, root, blk, 1);
+}
+
+static dr_err gather_run(dri_op *op)
+{
+	return dri_rooted_run(op, gather_tree, gather_direct);
+}
+
+/* The checks and dri_op of both calls; root is ignored for all_gather. */
+static dr_err gather_submit(const char *call, dri_coll coll,
+			    const void *sendbuf, void *recvbuf, size_t count,
+			    dr_dtype dtype, int root, dr_group *group,
+			    dr_work **work)
+{
+	dri_op op = { 0 };
+	dr_group *g;
+	dr_err err;
+
+	if (work)
+		*work = NULL;
+	err = dri_coll_check(call, group, &g, dtype, -1);
+	if (coll == DRI_ALL_GATHER)
+		root = -1;
+	else if (!err)
+		err = dri_coll_check_root(call, g, root, "dst");
+	if (err)
+		return err;
+	if (count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
+		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
+				count);
+	err = dri_coll_check_buf(call, sendbuf, count, "sendbuf");
+	if (!err && (root < 0 || root == dr_get_rank()))
+		err = dri_coll_check_buf(call, recvbuf,
+					 count * (size_t)g->size, "recvbuf");
+	if (err)
+		return err;
+	dri_coll_op(&op, coll == DRI_ALL_GATHER ? all_gather_run : gather_run,
+		    coll, g, sendbuf, recvbuf, count, dtype, -1, root);
+	return dri_submit(&op, work);
+}
+
+dr_err dr_all_gather(const void *sendbuf, void *recvbuf, size_t count,
+		     dr_dtype dtype, dr_group *group, dr_work **work)
+{
+	return gather_submit("all_gather", DRI_ALL_GATHER, sendbuf, recvbuf,
+			     count, dtype, -1, group, work);
+}
+
+dr_err dr_gather(const void *sendbuf, void *recvbuf, size_t count,
+		 dr_dtype dtype, int dst, dr_group *group, dr_work **work)
+{
+	return gather_submit("gather", DRI_GATHER, sendbuf, recvbuf, count,
+			     dtype, dst, group, work);
+}

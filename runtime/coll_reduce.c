@@ -1,0 +1,143 @@
+/*
+ * coll_reduce.c - dr_reduce: the reduction of every rank's buffer lands on
+ * one root; every other rank's buffer is left as it was (gloo reduces in
+ * place on every rank; torch documents the others as undefined, we keep
+ * them intact so that a caller can reuse its data).
+ *
+ * Small messages go up a binomial tree rooted at the root (ceil(lg p)
+ * steps; each inner rank reduces its subtree into scratch memory).  Large
+ * ones are reduce-scattered among all ranks and the blocks gathered
+ * straight into the root's buffer, so that no rank sends or reduces more
+ * than about twice the data, however large p.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+static dr_err reduce_tree(const dri_op *op, int root)
+{
+	const dr_group *g = op->group;
+	int p = g->size, vr = dri_mod(g->rank - root, p);
+	size_t es = dr_dtype_size(op->dtype), n = op->count * es;
+	char *acc = vr ? dri_scratch(n) : op->buf;
+	char *tmp = dri_scratch(n);
+	dr_err err = DR_ENOMEM;
+
+	if (!acc || !tmp)
+		goto out;
+	if (vr)
+		memcpy(acc, op->buf, n);
+	for (int m = 1; m < dri_binom_limit(vr, p) && vr + m < p; m <<= 1) {
+		int child = dri_mod(vr + m + root, p);
+
+		err = dri_recv(&op->id, dri_peer(g, child), tmp, n);
+		if (err)
+			goto out;
+		err = dri_reduce(acc, tmp, op->count, op->dtype, op->redop);
+		if (err)
+			goto out;
+	}
+	if (vr) {
+		int parent = dri_mod(dri_binom_parent(vr) + root, p);
+		err = dri_send(&op->id, dri_peer(g, parent), acc, n);
+		if (err)
+			goto out;
+	}
+	err = DR_OK;
+out:
+	if (vr)
+		free(acc);
+	free(tmp);
+	return err;
+}
+
+static dr_err reduce_large(const dri_op *op, int root)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	size_t es = dr_dtype_size(op->dtype);
+	size_t *off = dri_scratch((size_t)(p + 1) * sizeof(*off));
+	dri_req *reqs = dri_scratch((size_t)p * sizeof(*reqs));
+	char *mine = NULL, *buf = op->buf;
+	int nreq = 0;
+	dr_err err = DR_ENOMEM;
+
+	if (!off || !reqs)
+		goto out;
+	for (int i = 0; i <= p; i++)
+		off[i] = dri_block_off(op->count, p, i);
+	mine = dri_scratch((off[r + 1] - off[r]) * es);
+	if (!mine)
+		goto out;
+	err = dri_reduce_scatter_blocks(op, op->buf, off, mine);
+	if (err)
+		goto out;
+	if (r != root) {
+		err = dri_send(&op->id, dri_peer(g, root), mine,
+			       (off[r + 1] - off[r]) * es);
+		goto out;
+	}
+	/* The root's own input has been read by now: gather over it. */
+	for (int i = 0; i < p; i++) {
+		if (i == r)
+			continue;
+		err = dri_irecv(&reqs[nreq], &op->id, dri_peer(g, i),
+				buf + off[i] * es, (off[i + 1] - off[i]) * es);
+		if (err)
+			break;
+		nreq++;
+	}
+	err = dri_coll_wait(reqs, nreq, err);
+	if (!err)
+		memcpy(buf + off[r] * es, mine, (off[r + 1] - off[r]) * es);
+out:
+	free(mine);
+	free(reqs);
+	free(off);
+	return err;
+}
+
+static dr_err reduce_run(dri_op *op)
+{
+	const dr_group *g = op->group;
+	int root = dri_group_index(g, op->root);
+	size_t n = op->count * dr_dtype_size(op->dtype);
+	dr_err err = DR_OK;
+
+	if (g->size > 1) {
+		if (n <= DRI_COLL_SMALL_BYTES || op->count < (size_t)g->size)
+			err = reduce_tree(op, root);
+		else
+			err = reduce_large(op, root);
+	}
+	if (!err && g->rank == root)
+		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop,
+				  g->size);
+	return err;
+}
+
+dr_err dr_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
+		 int dst, dr_group *group, dr_work **work)
+{
+	static const char call[] = "reduce";
+	dri_op op = { 0 };
+	dr_group *g;
+	dr_err err;
+
+	if (work)
+		*work = NULL;
+	err = dri_coll_check(call, group, &g, dtype, (int)redop);
+	if (!err)
+		err = dri_coll_check_root(call, g, dst, "dst");
+	if (!err)
+		err = dri_coll_check_buf(call, buf, count, "buf");
+	if (err)
+		return err;
+	if (count > SIZE_MAX / dr_dtype_size(dtype))
+		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
+				count);
+	dri_coll_op(&op, reduce_run, DRI_REDUCE, g, NULL, buf, count, dtype,
+		    (int)redop, dst);
+	return dri_submit(&op, work);
+}

@@ -1,0 +1,187 @@
+/*
+ * coll_reduce_scatter.c - dr_reduce_scatter, and the reduce-scatter step
+ * that dr_reduce uses for large messages.
+ *
+ * A reduce-scatter moves (p-1)/p of the data through each rank, not the
+ * 2(p-1)/p of an all_reduce: each rank receives only contributions to its
+ * own block.  Small messages on a power-of-two group take recursive halving
+ * (lg p steps, halving the data each time); otherwise pairwise exchange:
+ * at step k rank r sends its input block r + k straight from the caller's
+ * buffer to r + k and receives the contribution of r - k to its block, the
+ * next step's receive already posted while this step's data is reduced.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
+			 char *out)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	size_t es = dr_dtype_size(op->dtype);
+	char *acc = dri_scratch(off[p] * es);
+	char *tmp = dri_scratch(off[p] * es);
+	dr_err err = DR_ENOMEM;
+
+	if (!acc || !tmp)
+		goto out;
+	memcpy(acc, in, off[p] * es);
+	for (int d = p / 2; d >= 1; d /= 2) {
+		int partner = r ^ d;
+		int ks = dri_rh_keep(r, d), ss = dri_rh_keep(partner, d);
+		size_t kn = off[ks + d] - off[ks], sn = off[ss + d] - off[ss];
+
+		err = dri_sendrecv(&op->id, dri_peer(g, partner),
+				   acc + off[ss] * es, sn * es,
+				   dri_peer(g, partner), tmp, kn * es);
+		if (err)
+			goto out;
+		err = dri_reduce(acc + off[ks] * es, tmp, kn, op->dtype,
+				 op->redop);
+		if (err)
+			goto out;
+	}
+	memcpy(out, acc + off[r] * es, (off[r + 1] - off[r]) * es);
+	err = DR_OK;
+out:
+	free(acc);
+	free(tmp);
+	return err;
+}
+
+static dr_err rs_pairwise(const dri_op *op, const char *in, const size_t *off,
+			  char *out)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	size_t es = dr_dtype_size(op->dtype);
+	size_t mine = off[r + 1] - off[r];
+	char *tmp = dri_scratch(2 * mine * es);
+	dri_req reqs[4];
+	dr_err err = DR_ENOMEM;
+
+	if (!tmp)
+		goto out;
+	memcpy(out, in + off[r] * es, mine * es);
+	for (int k = 1; k < p; k++) {
+		dri_req *cur = &reqs[(k % 2) * 2];
+		char *slot = tmp + (size_t)(k % 2) * mine * es;
+
+		if (k == 1) {
+			int to = dri_pair_to(r, 1, p);
+			err = dri_isend(&cur[0], &op->id, dri_peer(g, to),
+					in + off[to] * es,
+					(off[to + 1] - off[to]) * es);
+			if (!err)
+				err = dri_irecv(&cur[1], &op->id,
+						dri_peer(g, dri_pair_from(r, 1, p)),
+						slot, mine * es);
+			if (err)
+				goto out;
+		}
+		err = dri_waitall(cur, 2);
+		if (err)
+			goto out;
+		if (k + 1 < p) {
+			/* Post the next step before reducing this one, so
+			 * that its bytes arrive while we add. */
+			dri_req *nxt = &reqs[((k + 1) % 2) * 2];
+			char *nslot = tmp + (size_t)((k + 1) % 2) * mine * es;
+			int to = dri_pair_to(r, k + 1, p);
+
+			err = dri_isend(&nxt[0], &op->id, dri_peer(g, to),
+					in + off[to] * es,
+					(off[to + 1] - off[to]) * es);
+			if (!err)
+				err = dri_irecv(&nxt[1], &op->id,
+						dri_peer(g, dri_pair_from(r, k + 1, p)),
+						nslot, mine * es);
+			if (err)
+				goto out;
+		}
+		err = dri_reduce(out, slot, mine, op->dtype, op->redop);
+		if (err)
+			goto out;
+	}
+	err = DR_OK;
+out:
+	free(tmp);
+	return err;
+}
+
+dr_err dri_reduce_scatter_blocks(const dri_op *op, const void *in,
+				 const size_t *off, void *out)
+{
+	int p = op->group->size;
+	size_t es = dr_dtype_size(op->dtype);
+
+	if (p == 1) {
+		memcpy(out, in, off[1] * es);
+		return DR_OK;
+	}
+	if (dri_is_pow2(p) && off[p] * es <= DRI_COLL_SMALL_BYTES)
+		return rs_halving(op, in, off, out);
+	return rs_pairwise(op, in, off, out);
+}
+
+static dr_err reduce_scatter_run(dri_op *op)
+{
+	int p = op->group->size;
+	size_t es = dr_dtype_size(op->dtype), n = op->count * es;
+	const char *in = op->sendbuf;
+	char *out = op->buf, *own = NULL;
+	uintptr_t a = (uintptr_t)in, b = (uintptr_t)out;
+	size_t *off = dri_scratch((size_t)(p + 1) * sizeof(*off));
+	dr_err err = DR_ENOMEM;
+
+	if (!off)
+		goto out;
+	for (int i = 0; i <= p; i++)
+		off[i] = (size_t)i * op->count;
+	/* recvbuf inside sendbuf (in place): reduce into scratch. */
+	if (b < a + n * (size_t)p && a < b + n) {
+		out = own = dri_scratch(n);
+		if (!own)
+			goto out;
+	}
+	err = dri_reduce_scatter_blocks(op, in, off, out);
+	if (err)
+		goto out;
+	dri_reduce_finish(out, op->count, op->dtype, op->redop, p);
+	if (own)
+		memcpy(op->buf, own, n);
+out:
+	free(own);
+	free(off);
+	return err;
+}
+
+dr_err dr_reduce_scatter(const void *sendbuf, void *recvbuf, size_t count,
+			 dr_dtype dtype, dr_op redop, dr_group *group,
+			 dr_work **work)
+{
+	static const char call[] = "reduce_scatter";
+	dri_op op = { 0 };
+	dr_group *g;
+	dr_err err;
+
+	if (work)
+		*work = NULL;
+	err = dri_coll_check(call, group, &g, dtype, (int)redop);
+	if (err)
+		return err;
+	if (g->size > 0 && count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
+		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
+				count);
+	err = dri_coll_check_buf(call, sendbuf, count * (size_t)g->size,
+				 "sendbuf");
+	if (!err)
+		err = dri_coll_check_buf(call, recvbuf, count, "recvbuf");
+	if (err)
+		return err;
+	dri_coll_op(&op, reduce_scatter_run, DRI_REDUCE_SCATTER, g, sendbuf,
+		    recvbuf, count, dtype, (int)redop, -1);
+	return dri_submit(&op, work);
+}

@@ -1,0 +1,101 @@
+/*
+ * coll_scatter.c - dr_scatter: piece i of the root's sendbuf goes to group
+ * rank i.
+ *
+ * The mirror of gather: small messages go down a binomial tree (the root
+ * lays its pieces out in relative-rank order once, so that every subtree is
+ * one contiguous message); large ones go directly from the root's buffer,
+ * every send posted at once.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+/* Largest number of children a binomial tree node can have. */
+#define MAX_CHILDREN 32
+
+static dr_err scatter_tree(const dri_op *op, int root, size_t blk)
+{
+	const dr_group *g = op->group;
+	int p = g->size, vr = dri_mod(g->rank - root, p), nreq = 0;
+	int span = vr ? dri_binom_subtree(vr, dri_binom_limit(vr, p), p) : p;
+	dri_req reqs[MAX_CHILDREN];
+	char *tmp = NULL;
+	dr_err err = DR_ENOMEM;
+
+	if (span == 1) /* a leaf receives its piece where it belongs */
+		return dri_recv(&op->id,
+				dri_peer(g, dri_mod(dri_binom_parent(vr) + root, p)),
+				op->buf, blk);
+	tmp = dri_scratch((size_t)span * blk);
+	if (!tmp)
+		goto out;
+	if (vr) {
+		err = dri_recv(&op->id,
+			       dri_peer(g, dri_mod(dri_binom_parent(vr) + root, p)),
+			       tmp, (size_t)span * blk);
+		if (err)
+			goto out;
+	} else {
+		const char *in = op->sendbuf;
+		memcpy(tmp, in + (size_t)root * blk, (size_t)(p - root) * blk);
+		memcpy(tmp + (size_t)(p - root) * blk, in, (size_t)root * blk);
+	}
+	err = DR_OK;
+	for (int m = 1; m < dri_binom_limit(vr, p) && vr + m < p && !err; m <<= 1) {
+		int child = vr + m;
+
+		err = dri_isend(&reqs[nreq], &op->id,
+				dri_peer(g, dri_mod(child + root, p)),
+				tmp + (size_t)m * blk,
+				(size_t)dri_binom_subtree(child, m, p) * blk);
+		if (!err)
+			nreq++;
+	}
+	err = dri_coll_wait(reqs, nreq, err);
+	if (!err)
+		memcpy(op->buf, tmp, blk);
+out:
+	free(tmp);
+	return err;
+}
+
+static dr_err scatter_direct(const dri_op *op, int root, size_t blk)
+{
+	return dri_rooted_direct(op, root, blk, 0);
+}
+
+static dr_err scatter_run(dri_op *op)
+{
+	return dri_rooted_run(op, scatter_tree, scatter_direct);
+}
+
+dr_err dr_scatter(const void *sendbuf, void *recvbuf, size_t count,
+		  dr_dtype dtype, int src, dr_group *group, dr_work **work)
+{
+	static const char call[] = "scatter";
+	dri_op op = { 0 };
+	dr_group *g;
+	dr_err err;
+
+	if (work)
+		*work = NULL;
+	err = dri_coll_check(call, group, &g, dtype, -1);
+	if (!err)
+		err = dri_coll_check_root(call, g, src, "src");
+	if (err)
+		return err;
+	if (count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
+		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
+				count);
+	err = dri_coll_check_buf(call, recvbuf, count, "recvbuf");
+	if (!err && src == dr_get_rank())
+		err = dri_coll_check_buf(call, sendbuf,
+					 count * (size_t)g->size, "sendbuf");
+	if (err)
+		return err;
+	dri_coll_op(&op, scatter_run, DRI_SCATTER, g, sendbuf, recvbuf, count,
+		    dtype, -1, src);
+	return dri_submit(&op, work);
+}
