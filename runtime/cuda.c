@@ -159,17 +159,36 @@ static const char *cu_lib_name(void)
 	return s && *s ? s : "libcuda.so.1";
 }
 
+/* Names of the errors cuInit gives on a machine where CUDA cannot work,
+ * for when the driver cannot name them itself (the stub library). */
+static const struct {
+	int code;
+	const char *name, *desc;
+} cu_init_errors[] = {
+	{ 3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error" },
+	{ 34, "CUDA_ERROR_STUB_LIBRARY", "the CUDA driver is a stub library" },
+	{ 35, "CUDA_ERROR_INSUFFICIENT_DRIVER", "driver older than the runtime" },
+	{ 46, "CUDA_ERROR_DEVICES_UNAVAILABLE", "all CUDA devices are busy or unavailable" },
+	{ 100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
+	{ 999, "CUDA_ERROR_UNKNOWN", "unknown error" },
+};
+
 static const char *cu_errstr(CUresult r)
 {
 	static __thread char buf[160];
 	const char *name = NULL, *desc = NULL;
-	if (cu.GetErrorName)
-		cu.GetErrorName(r, &name);
-	if (cu.GetErrorString)
-		cu.GetErrorString(r, &desc);
-	snprintf(buf, sizeof buf, "%s (%s)", name ? name : "CUDA error",
-		 desc ? desc : "no description");
-	if (!name)
+	if (cu.GetErrorName && cu.GetErrorName(r, &name) != CUDA_SUCCESS)
+		name = NULL;
+	if (cu.GetErrorString && cu.GetErrorString(r, &desc) != CUDA_SUCCESS)
+		desc = NULL;
+	for (size_t i = 0; !name && i < sizeof cu_init_errors / sizeof cu_init_errors[0]; i++)
+		if (cu_init_errors[i].code == r) {
+			name = cu_init_errors[i].name;
+			desc = cu_init_errors[i].desc;
+		}
+	if (name)
+		snprintf(buf, sizeof buf, "%s (%s)", name, desc ? desc : "no description");
+	else
 		snprintf(buf, sizeof buf, "CUDA error %d", r);
 	return buf;
 }
