@@ -16,7 +16,6 @@
  * child subreaper) has no child left: a rank's leftover background
  * processes are stopped the same way, so nothing outlives the job.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -48,30 +47,29 @@ double now_real(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Sends sig to every direct child (with PR_SET_CHILD_SUBREAPER, these
- * include the ranks' orphaned descendants). */
-static void kill_children(int sig)
+/* Sends sig (if not 0) to every direct child but the guard, and returns
+ * how many there are.  With PR_SET_CHILD_SUBREAPER these include the
+ * ranks' orphaned descendants. */
+static int signal_children(struct job *job, int sig)
 {
-	char path[64], buf[4096];
+	char path[64];
 	FILE *f;
+	int pid, n = 0;
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/children",
 		 (int)getpid());
 	f = fopen(path, "re");
 	if (!f)
-		return;
-	while (fscanf(f, "%4095s", buf) == 1)
-		kill((pid_t)atoi(buf), sig);
+		return 0;
+	while (fscanf(f, "%d", &pid) == 1) {
+		if (pid == job->guard_pid)
+			continue;
+		if (sig)
+			kill(pid, sig);
+		n++;
+	}
 	fclose(f);
-}
-
-static bool has_children(void)
-{
-	siginfo_t si;
-
-	si.si_pid = 0;
-	return !waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) ||
-	       errno != ECHILD;
+	return n;
 }
 
 /* Signals every rank's process group (an exited rank's group may still
@@ -88,7 +86,7 @@ static void signal_ranks(struct job *job, int sig)
 		killpg(rk->pid, sig);
 	}
 	if (job->nlive == 0 || sig == SIGKILL)
-		kill_children(sig);
+		signal_children(job, sig);
 }
 
 void job_stop(struct job *job, int sig)
@@ -130,8 +128,13 @@ static void reap(struct job *job)
 				rk = &job->ranks[r];
 				break;
 			}
-		if (!rk)
-			continue;   /* an orphaned grandchild */
+		if (!rk) {
+			/* An orphaned grandchild, or the guard (gone early:
+			 * carry on without it). */
+			if (pid == job->guard_pid)
+				job->guard_pid = 0;
+			continue;
+		}
 		rk->state = RANK_EXITED;
 		rk->status = status;
 		rk->ru = ru;
@@ -202,7 +205,7 @@ static void check_leftovers(struct job *job)
 {
 	if (job->nlive > 0 || job->stopping)
 		return;
-	if (job->nopen == 0 && !has_children())
+	if (job->nopen == 0 && !signal_children(job, 0))
 		return;
 	job->stopping = true;
 	job->kill_at = now_mono() + job->o->grace;
@@ -253,7 +256,7 @@ int job_run(struct job *job)
 		int np = 1, rc;
 
 		check_leftovers(job);
-		if (job->nlive == 0 && job->nopen == 0 && !has_children())
+		if (job->nlive == 0 && job->nopen == 0 && !signal_children(job, 0))
 			break;
 		if (job->killed && now_mono() > job->kill_at + AFTER_KILL_WAIT) {
 			fprintf(stderr, "distrun: processes still hold the "

@@ -12,6 +12,8 @@
  *              exec error sent back over an O_CLOEXEC pipe
  *   mux.c      the output multiplexer: whole lines, labels, colours,
  *              per-rank files, timestamps
+ *   guard.c    a watchdog process that kills the ranks' process groups if
+ *              distrun dies by SIGKILL
  *   job.c      the event loop: poll over pipes and a signalfd, reaping
  *              with wait4, stopping the job (TERM, grace, KILL)
  *   report.c   the end-of-job summary on stderr and the JSON report
@@ -102,6 +104,8 @@ struct job {
 	int nopen;                 /* output fds not yet at EOF */
 	int sigfd;
 	int port_fd;               /* socket holding MASTER_PORT, or -1 */
+	int guard_fd;              /* pipe to the guard process, or -1 */
+	pid_t guard_pid;           /* 0: none */
 	int master_port;
 	char run_id[40];
 	char *prog_path;           /* resolved program (malloc) */
@@ -137,6 +141,13 @@ int port_reserve(struct job *job);
 int spawn_prepare(struct job *job);
 int spawn_all(struct job *job);
 void spawn_release(struct job *job);
+
+/* guard.c: guard_start() before the first rank, guard_add() for each
+ * rank's process group, guard_done() once the job has ended cleanly (it
+ * kills and reaps the guard). */
+int guard_start(struct job *job);
+void guard_add(struct job *job, pid_t pgid);
+void guard_done(struct job *job);
 
 /* mux.c */
 int mux_init(struct job *job);

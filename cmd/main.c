@@ -35,18 +35,25 @@ static void make_run_id(struct job *job)
 }
 
 /* Block the signals we handle: they are read from a signalfd in the loop.
- * SIGPIPE is ignored: a closed stdout shows up as EPIPE and stops the job
- * (the ranks get SIGPIPE's default back, see spawn.c). */
+ * A stop signal that is ignored when distrun starts (nohup, a background
+ * job of a script) stays ignored, for distrun and for the ranks, as a
+ * shell would have it.  SIGPIPE is ignored: a closed stdout shows up as
+ * EPIPE and stops the job (the ranks get SIGPIPE's default back, see
+ * spawn.c). */
 static int setup_signals(struct job *job)
 {
+	static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 	sigset_t set;
 
 	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGQUIT);
 	sigaddset(&set, SIGCHLD);
+	for (size_t i = 0; i < sizeof(stop_sigs) / sizeof(stop_sigs[0]); i++) {
+		struct sigaction sa;
+
+		if (sigaction(stop_sigs[i], NULL, &sa) ||
+		    sa.sa_handler != SIG_IGN)
+			sigaddset(&set, stop_sigs[i]);
+	}
 	if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask))
 		goto fail;
 	signal(SIGPIPE, SIG_IGN);
@@ -98,7 +105,7 @@ int main(int argc, char **argv)
 {
 	struct opts o;
 	struct job job = { .o = &o, .sigfd = -1, .port_fd = -1,
-			   .devnull = -1, .first_fail = -1 };
+			   .guard_fd = -1, .devnull = -1, .first_fail = -1 };
 	int rc;
 
 	rc = opts_parse(&o, argc, argv);
@@ -116,7 +123,7 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out;
 	rc = 1;
-	if (mux_init(&job))
+	if (mux_init(&job) || guard_start(&job))
 		goto out;
 	if (spawn_all(&job)) {
 		/* Stop the ranks already started, then exit 1. */
@@ -124,6 +131,7 @@ int main(int argc, char **argv)
 		job_stop(&job, SIGTERM);
 	}
 	job_run(&job);
+	guard_done(&job);
 	job.real_t1 = now_real();
 	rc = job.exit_status = exit_status(&job);
 	mux_flush(&job);
@@ -132,6 +140,7 @@ int main(int argc, char **argv)
 	if (o.report && report_json(&job) && !rc)
 		rc = 1;
 out:
+	guard_done(&job);
 	mux_release(&job);
 	job_release(&job);
 	spawn_release(&job);

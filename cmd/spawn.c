@@ -239,6 +239,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 		child_exec(job, self, out[1], err[1], ep[1]);
 	/* Also here, so that killpg works before the child has run. */
 	setpgid(pid, pid);
+	guard_add(job, pid);
 	close(out[1]);
 	close(err[1]);
 	close(ep[1]);
