@@ -162,11 +162,36 @@ struct dri_op {
 	int n_device_ids;
 };
 
+/* Makes a group of the n given world ranks (group index -> world rank),
+ * with this rank's index found in it (-1 if not a member).  id must be the
+ * same on every rank (subgroup.c agrees on it).  NULL when out of memory
+ * (message set). */
+dr_group *dri_group_create(uint32_t id, const int *ranks, int n);
+/* Waits for the group's outstanding asynchronous calls, then frees it.
+ * NULL and the world group are ignored. */
+void dri_group_free(dr_group *group);
+
+/* Group state at init and destroy (init.c calls these). */
+dr_err dri_groups_init(int rank, int world_size);
+/* Waits (up to the timeout) for every queued asynchronous call, stops the
+ * progress thread, frees the world group. */
+void dri_groups_shutdown(void);
+
+/* Point-to-point handles (p2p.c): a dr_work around one transport request
+ * that does not go through the group's ordered queue.  p2p.c posts the
+ * request in dri_work_req(w), then calls dri_work_p2p_start(w) so that the
+ * progress thread drives it while the caller does other things. */
+dr_work *dri_work_p2p_new(void);
+dri_req *dri_work_req(dr_work *w);
+void dri_work_p2p_start(dr_work *w);
+
 /* Checks membership, assigns id.group_id and id.seq, then: work == NULL:
  * waits for the group's earlier asynchronous calls, runs op->run on the
  * calling thread and returns its status; work != NULL: copies op, queues
  * it on the group's progress thread and returns a handle.  Device buffers
- * (op->device >= 0) are staged through host memory by cuda.c. */
+ * (op->device >= 0) are staged through host memory by cuda.c.
+ * dri_submit owns op->counts and op->device_ids (malloc'ed by the entry
+ * point): it frees them when the op is done, or at once on error. */
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
 /* Deadline arithmetic: monotonic milliseconds, and the job's timeout. */

@@ -1,0 +1,229 @@
+/*
+ * coll_allreduce.c - dr_all_reduce: recursive doubling for small buffers,
+ * a pipelined ring (reduce-scatter, then all-gather) for large ones.
+ *
+ * Small (up to DRI_COLL_SMALL_BYTES, or fewer elements than ranks): lg p
+ * exchanges of the whole buffer.  When p is not a power of two, the first
+ * 2 * (p - p') ranks fold pairwise first (the even one hands its buffer to
+ * the odd one and sits out) and get the result back at the end.
+ *
+ * Large: the buffer is cut in p blocks; p - 1 ring steps reduce-scatter
+ * them, so rank r ends owning block r + 1 fully reduced, and p - 1 more
+ * gather them back.  Each block travels in pieces of RING_PIECE bytes and a
+ * piece is forwarded as soon as it has arrived (and been reduced), so the
+ * network, the reduction and the next step overlap.  Every rank sends and
+ * receives 2 (p - 1) / p of the buffer: the bandwidth optimum.
+ *
+ * AVG reduces as SUM and divides once at the end (dri_reduce_finish), on
+ * the owned block in the ring, so every rank gets the same bits.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+#define RING_PIECE ((size_t)512 << 10)
+
+static dr_err allreduce_rd(dri_op *op)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank, pof2 = 1, rem, newr;
+	size_t bytes = op->count * dr_dtype_size(op->dtype);
+	void *tmp;
+	dr_err err = DR_OK;
+
+	while (pof2 * 2 <= p)
+		pof2 *= 2;
+	rem = p - pof2;
+	tmp = dri_scratch(bytes);
+	if (!tmp)
+		return DR_ENOMEM;
+	if (r < 2 * rem) {
+		if (r % 2 == 0) {
+			err = dri_send(&op->id, dri_peer(g, r + 1), op->buf, bytes);
+			newr = -1;
+		} else {
+			err = dri_recv(&op->id, dri_peer(g, r - 1), tmp, bytes);
+			if (!err)
+				err = dri_reduce(op->buf, tmp, op->count, op->dtype,
+						 op->redop);
+			newr = r / 2;
+		}
+	} else {
+		newr = r - rem;
+	}
+	for (int mask = 1; !err && newr >= 0 && mask < pof2; mask <<= 1) {
+		int np = newr ^ mask;
+		int peer = dri_peer(g, np < rem ? np * 2 + 1 : np + rem);
+		err = dri_sendrecv(&op->id, peer, op->buf, bytes, peer, tmp, bytes);
+		if (!err)
+			err = dri_reduce(op->buf, tmp, op->count, op->dtype,
+					 op->redop);
+	}
+	if (!err && r < 2 * rem) {
+		if (r % 2)
+			err = dri_send(&op->id, dri_peer(g, r - 1), op->buf, bytes);
+		else
+			err = dri_recv(&op->id, dri_peer(g, r + 1), op->buf, bytes);
+	}
+	if (!err)
+		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop, p);
+	free(tmp);
+	return err;
+}
+
+/* Piece j of block b: element range [*start, *start + *n). */
+static void piece(const size_t *off, size_t pe, int b, size_t j,
+		  size_t *start, size_t *n)
+{
+	size_t s = off[b] + j * pe;
+
+	*start = s;
+	*n = s >= off[b + 1] ? 0 : (off[b + 1] - s < pe ? off[b + 1] - s : pe);
+}
+
+static dr_err allreduce_ring(dri_op *op)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank, steps = p - 1;
+	int right = dri_peer(g, dri_mod(r + 1, p));
+	int left = dri_peer(g, dri_mod(r - 1, p));
+	size_t es = dr_dtype_size(op->dtype), pe = RING_PIECE / es, np, st, n;
+	char *buf = op->buf, *tmp = NULL;
+	size_t *off = NULL;
+	dri_req *rr = NULL, *sr = NULL, *ag = NULL;
+	dr_err err = DR_ENOMEM;
+
+	if (!pe)
+		pe = 1;
+	off = malloc((size_t)(p + 1) * sizeof(*off));
+	if (!off)
+		goto out;
+	for (int i = 0; i <= p; i++)
+		off[i] = dri_block_off(op->count, p, i);
+	np = (off[1] - off[0] + pe - 1) / pe;
+	if (!np)
+		np = 1;
+	tmp = dri_scratch(np * pe * es);
+	rr = malloc(np * sizeof(*rr));
+	sr = malloc((size_t)steps * np * sizeof(*sr));
+	ag = malloc((size_t)steps * np * sizeof(*ag));
+	if (!tmp || !rr || !sr || !ag)
+		goto out;
+
+	/* Reduce-scatter: step s sends block r - s, receives block r - s - 1. */
+	for (size_t j = 0; j < np; j++) {
+		piece(off, pe, dri_mod(r - 1, p), j, &st, &n);
+		err = dri_irecv(&rr[j], &op->id, left, tmp + j * pe * es, n * es);
+		if (err)
+			goto out;
+		piece(off, pe, r, j, &st, &n);
+		err = dri_isend(&sr[j], &op->id, right, buf + st * es, n * es);
+		if (err)
+			goto out;
+	}
+	for (int s = 0; s < steps; s++) {
+		int rb = dri_mod(r - s - 1, p);
+		for (size_t j = 0; j < np; j++) {
+			err = dri_waitall(&rr[j], 1);
+			if (err)
+				goto out;
+			piece(off, pe, rb, j, &st, &n);
+			err = dri_reduce(buf + st * es, tmp + j * pe * es, n,
+					 op->dtype, op->redop);
+			if (err)
+				goto out;
+			if (s + 1 == steps)
+				continue;
+			/* Forward the piece just reduced; reuse its slot. */
+			err = dri_isend(&sr[(size_t)(s + 1) * np + j], &op->id,
+					right, buf + st * es, n * es);
+			if (err)
+				goto out;
+			size_t st2, n2;
+			piece(off, pe, dri_mod(r - s - 2, p), j, &st2, &n2);
+			err = dri_irecv(&rr[j], &op->id, left, tmp + j * pe * es,
+					n2 * es);
+			if (err)
+				goto out;
+		}
+	}
+	err = dri_waitall(sr, (int)((size_t)steps * np));
+	if (err)
+		goto out;
+	{
+		int own = dri_mod(r + 1, p);
+		dri_reduce_finish(buf + off[own] * es, off[own + 1] - off[own],
+				  op->dtype, op->redop, p);
+	}
+
+	/* All-gather: step s sends block r + 1 - s, receives block r - s. */
+	for (int s = 0; s < steps; s++)
+		for (size_t j = 0; j < np; j++) {
+			piece(off, pe, dri_mod(r - s, p), j, &st, &n);
+			err = dri_irecv(&ag[(size_t)s * np + j], &op->id, left,
+					buf + st * es, n * es);
+			if (err)
+				goto out;
+		}
+	for (size_t j = 0; j < np; j++) {
+		piece(off, pe, dri_mod(r + 1, p), j, &st, &n);
+		err = dri_isend(&sr[j], &op->id, right, buf + st * es, n * es);
+		if (err)
+			goto out;
+	}
+	for (int s = 0; s < steps; s++)
+		for (size_t j = 0; j < np; j++) {
+			err = dri_waitall(&ag[(size_t)s * np + j], 1);
+			if (err)
+				goto out;
+			if (s + 1 == steps)
+				continue;
+			piece(off, pe, dri_mod(r - s, p), j, &st, &n);
+			err = dri_isend(&sr[(size_t)(s + 1) * np + j], &op->id,
+					right, buf + st * es, n * es);
+			if (err)
+				goto out;
+		}
+	err = dri_waitall(sr, (int)((size_t)steps * np));
+out:
+	free(off);
+	free(tmp);
+	free(rr);
+	free(sr);
+	free(ag);
+	return err;
+}
+
+static dr_err allreduce_run(dri_op *op)
+{
+	size_t bytes = op->count * dr_dtype_size(op->dtype);
+
+	if (op->group->size == 1) {
+		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop, 1);
+		return DR_OK;
+	}
+	if (bytes <= DRI_COLL_SMALL_BYTES || op->count < (size_t)op->group->size)
+		return allreduce_rd(op);
+	return allreduce_ring(op);
+}
+
+dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
+		     dr_group *group, dr_work **work)
+{
+	dri_op op;
+	dr_group *g;
+	dr_err err;
+
+	if (work)
+		*work = NULL;
+	err = dri_coll_check("dr_all_reduce", group, &g, dtype, (int)redop);
+	if (!err)
+		err = dri_coll_check_buf("dr_all_reduce", buf, count, "buf");
+	if (err)
+		return err;
+	memset(&op, 0, sizeof(op));
+	dri_coll_op(&op, allreduce_run, DRI_ALL_REDUCE, g, NULL, buf, count,
+		    dtype, (int)redop, -1);
+	return dri_submit(&op, work);
+}

@@ -1,0 +1,489 @@
+/*
+ * init.c - joining and leaving the job: dr_init_process_group, the
+ * rendezvous through the store, rank and world size, timeouts,
+ * dr_destroy_process_group.
+ *
+ * Rendezvous (env:// or tcp://host:port): rank 0 serves the store; every
+ * rank connects to it (retrying until the timeout, as the server may start
+ * later), rank 0 publishes the job id and the world size, every rank
+ * publishes the address it listens on, rank 0 gathers them into one key
+ * that the others fetch.  A barrier over the transport ends init, so no
+ * rank leaves init (and possibly the store) before every rank has what it
+ * needs.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dri.h"
+
+#define DEFAULT_TIMEOUT_MS (30 * 60 * 1000LL)
+
+static struct {
+	int on;
+	int rank, size;
+	int64_t timeout_ms;
+	dri_store_server *srv;
+	dri_store *st;
+	int atexit_set;
+} I = { .rank = -1, .size = -1 };
+
+int64_t dri_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+dr_err dri_parse_duration(const char *s, int64_t *ms)
+{
+	char *end;
+	double v, mul = 1000;
+
+	if (!s || !*s)
+		return dri_fail(DR_EINVAL, "empty duration");
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno || !isfinite(v))
+		return dri_fail(DR_EINVAL, "bad duration '%s' (use e.g. 90, "
+				"90s, 5m, 1h)", s);
+	if (!strcmp(end, "") || !strcmp(end, "s"))
+		mul = 1000;
+	else if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "m"))
+		mul = 60000;
+	else if (!strcmp(end, "h"))
+		mul = 3600000;
+	else
+		return dri_fail(DR_EINVAL, "bad duration '%s': unknown unit "
+				"'%s' (use ms, s, m or h)", s, end);
+	if (v <= 0 || v * mul > 9e15)
+		return dri_fail(DR_EINVAL, "bad duration '%s': must be "
+				"positive", s);
+	*ms = (int64_t)(v * mul + 0.5);
+	if (*ms < 1)
+		*ms = 1;
+	return DR_OK;
+}
+
+/* The timeout from DISTRUN_TIMEOUT, or the default; err set if the
+ * variable is malformed. */
+static int64_t env_timeout(dr_err *err)
+{
+	const char *s = getenv("DISTRUN_TIMEOUT");
+	int64_t ms;
+
+	*err = DR_OK;
+	if (!s || !*s)
+		return DEFAULT_TIMEOUT_MS;
+	if (dri_parse_duration(s, &ms)) {
+		*err = dri_fail(DR_EENV, "DISTRUN_TIMEOUT: %s", dr_last_error());
+		return DEFAULT_TIMEOUT_MS;
+	}
+	return ms;
+}
+
+int64_t dri_timeout_ms(void)
+{
+	dr_err err;
+
+	return I.timeout_ms > 0 ? I.timeout_ms : env_timeout(&err);
+}
+
+int dr_is_initialized(void)
+{
+	return I.on;
+}
+
+int dr_get_rank(void)
+{
+	return I.on ? I.rank : -1;
+}
+
+int dr_get_world_size(void)
+{
+	return I.on ? I.size : -1;
+}
+
+dri_store *dri_world_store(void)
+{
+	return I.on ? I.st : NULL;
+}
+
+/* An integer variable in [lo, hi]: DR_EENV naming it otherwise. */
+static dr_err env_int(const char *name, long lo, long hi, int *out)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return dri_fail(DR_EENV, "environment variable %s is not set "
+				"(start the program with `distrun -n N`, or set "
+				"MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)",
+				name);
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || end == s || v < lo || v > hi)
+		return dri_fail(DR_EENV, "environment variable %s='%s' is not "
+				"an integer in [%ld, %ld]", name, s, lo, hi);
+	*out = (int)v;
+	return DR_OK;
+}
+
+static void job_hash(const char *s, uint8_t out[16])
+{
+	uint64_t a = 1469598103934665603ULL, b = 0x9e3779b97f4a7c15ULL;
+
+	for (; *s; s++) {
+		a = (a ^ (unsigned char)*s) * 1099511628211ULL;
+		b = (b ^ (unsigned char)*s) * 0x100000001b3ULL + (b >> 29);
+	}
+	memcpy(out, &a, 8);
+	memcpy(out + 8, &b, 8);
+}
+
+/* This rank's address as the master sees it: the local end of the store
+ * connection, which is on a route the other ranks can use too. */
+static dr_err local_host(int fd, char *buf, size_t size)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char tmp[INET6_ADDRSTRLEN];
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return dri_fail(DR_ESYS, "getsockname: %s", strerror(errno));
+	if (ss.ss_family == AF_INET) {
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, tmp,
+			  sizeof(tmp));
+		snprintf(buf, size, "%s", tmp);
+	} else {
+		struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+		if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+			inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], tmp,
+				  sizeof(tmp));
+			snprintf(buf, size, "%s", tmp);
+		} else {
+			inet_ntop(AF_INET6, &a6->sin6_addr, tmp, sizeof(tmp));
+			snprintf(buf, size, "[%s]", tmp);
+		}
+	}
+	return DR_OK;
+}
+
+/* Splits the gathered "addr\naddr\n..." into an array of n strings. */
+static dr_err split_addrs(const char *all, int n, char ***out)
+{
+	char **a = calloc((size_t)n, sizeof(*a));
+	const char *p = all;
+
+	if (!a)
+		return dri_fail(DR_ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		a[i] = strndup(p, len);
+		if (!a[i] || !len) {
+			for (int k = 0; k <= i; k++)
+				free(a[k]);
+			free(a);
+			return dri_fail(DR_EPROTO, "store: address list is short "
+					"(%d of %d)", i, n);
+		}
+		p = nl ? nl + 1 : p + len;
+	}
+	*out = a;
+	return DR_OK;
+}
+
+static dr_err rendezvous(const char *host, int port)
+{
+	char key[64], me[128], myhost[80];
+	uint8_t job[20];
+	void *val = NULL;
+	size_t len;
+	int lport;
+	int64_t n;
+	char **addrs = NULL;
+	dr_err err;
+	int64_t t = I.timeout_ms;
+
+	if (I.rank == 0) {
+		err = dri_store_server_start(NULL, port, &I.srv);
+		if (err)
+			return err;
+	}
+	err = dri_store_connect(host, port, t, &I.st);
+	if (err)
+		return err;
+	/* Two processes with one RANK would corrupt everything after. */
+	snprintf(key, sizeof(key), "rank/%d", I.rank);
+	err = dri_store_add(I.st, key, 1, &n);
+	if (err)
+		return err;
+	if (n != 1)
+		return dri_fail(DR_EENV, "RANK=%d is used by more than one "
+				"process of this job", I.rank);
+	if (I.rank == 0) {
+		const char *run = getenv("TORCHELASTIC_RUN_ID");
+		int32_t ws = I.size;
+		if (run && *run) {
+			char tmp[512];
+			snprintf(tmp, sizeof(tmp), "%s:%d", run, port);
+			job_hash(tmp, job);
+		} else if (getrandom(job, 16, 0) != 16) {
+			snprintf(key, sizeof(key), "%d:%lld", (int)getpid(),
+				 (long long)time(NULL));
+			job_hash(key, job);
+		}
+		memcpy(job + 16, &ws, 4);
+		err = dri_store_set(I.st, "job", job, sizeof(job));
+		if (err)
+			return err;
+	} else {
+		int32_t ws;
+		err = dri_store_get(I.st, "job", &val, &len, t);
+		if (err)
+			return err;
+		if (len != sizeof(job)) {
+			free(val);
+			return dri_fail(DR_EPROTO, "store: bad job record");
+		}
+		memcpy(job, val, sizeof(job));
+		free(val);
+		memcpy(&ws, job + 16, 4);
+		if (ws != I.size)
+			return dri_fail(DR_EENV, "WORLD_SIZE=%d on rank %d but "
+					"rank 0 has WORLD_SIZE=%d", I.size,
+					I.rank, (int)ws);
+	}
+	err = dri_transport_listen(I.rank, I.size, &lport);
+	if (err)
+		return err;
+	err = local_host(dri_store_fd(I.st), myhost, sizeof(myhost));
+	if (err)
+		return err;
+	snprintf(me, sizeof(me), "%s:%d", myhost, lport);
+	snprintf(key, sizeof(key), "addr/%d", I.rank);
+	err = dri_store_set(I.st, key, me, strlen(me));
+	if (err)
+		return err;
+	if (I.rank == 0) {
+		size_t cap = (size_t)I.size * 64 + 1, used = 0;
+		char *all = malloc(cap);
+		if (!all)
+			return dri_fail(DR_ENOMEM, "out of memory");
+		for (int r = 0; r < I.size; r++) {
+			snprintf(key, sizeof(key), "addr/%d", r);
+			err = dri_store_get(I.st, key, &val, &len, t);
+			if (err) {
+				free(all);
+				return dri_fail(err, "rank %d did not join within "
+						"%lld ms (%s)", r, (long long)t,
+						dr_last_error());
+			}
+			if (used + len + 2 > cap) {
+				char *na = realloc(all, cap = 2 * cap + len);
+				if (!na) {
+					free(all);
+					free(val);
+					return dri_fail(DR_ENOMEM, "out of memory");
+				}
+				all = na;
+			}
+			memcpy(all + used, val, len);
+			used += len;
+			all[used++] = '\n';
+			free(val);
+		}
+		all[used] = 0;
+		err = dri_store_set(I.st, "addrs", all, used);
+		if (!err)
+			err = split_addrs(all, I.size, &addrs);
+		free(all);
+	} else {
+		err = dri_store_get(I.st, "addrs", &val, &len, t);
+		if (!err) {
+			err = split_addrs(val, I.size, &addrs);
+			free(val);
+		}
+	}
+	if (err)
+		return err;
+	return dri_transport_start(addrs, job);
+}
+
+static void leave_at_exit(void)
+{
+	/* A program that returns from main without destroying the group
+	 * still says goodbye, so its peers do not take it for a crash. */
+	if (I.on)
+		dr_destroy_process_group();
+}
+
+/* Parses "tcp://host:port" (host may be "[v6]"). */
+static dr_err parse_tcp_url(const char *url, char *host, size_t hsize, int *port)
+{
+	const char *p = url + 6, *colon;
+	char *end;
+	long v;
+	size_t hl;
+
+	if (*p == '[') {
+		const char *rb = strchr(p, ']');
+		if (!rb || rb[1] != ':')
+			goto bad;
+		p++;
+		hl = (size_t)(rb - p);
+		colon = rb + 1;
+	} else {
+		colon = strrchr(p, ':');
+		if (!colon)
+			goto bad;
+		hl = (size_t)(colon - p);
+	}
+	if (!hl || hl >= hsize)
+		goto bad;
+	memcpy(host, p, hl);
+	host[hl] = 0;
+	errno = 0;
+	v = strtol(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || (*end && *end != '?' && *end != '/') ||
+	    v < 1 || v > 65535)
+		goto bad;
+	*port = (int)v;
+	return DR_OK;
+bad:
+	return dri_fail(DR_EINVAL, "init_method '%s': expected tcp://HOST:PORT "
+			"with a port in 1..65535", url);
+}
+
+dr_err dr_init_process_group_opts(const dr_init_options *opts)
+{
+	dr_init_options dflt = DR_INIT_OPTIONS_INIT;
+	const char *method, *backend;
+	char host[256];
+	int port = 0;
+	dr_err err;
+
+	if (!opts)
+		opts = &dflt;
+	if (I.on)
+		return dri_fail(DR_EALREADY, "dr_init_process_group: the process "
+				"group is already initialized (rank %d of %d)",
+				I.rank, I.size);
+	backend = opts->backend;
+	if (backend && strcmp(backend, "tcp") && strcmp(backend, "gloo"))
+		return dri_fail(DR_EINVAL, "dr_init_process_group: backend '%s' "
+				"is not supported (use \"tcp\")", backend);
+	if (opts->timeout_ms > 0) {
+		I.timeout_ms = opts->timeout_ms;
+	} else {
+		I.timeout_ms = env_timeout(&err);
+		if (err)
+			return err;
+	}
+	method = opts->init_method ? opts->init_method : "env://";
+	if (!strcmp(method, "env://")) {
+		const char *a = getenv("MASTER_ADDR");
+		if (!a || !*a)
+			return dri_fail(DR_EENV, "environment variable MASTER_ADDR "
+					"is not set (start the program with "
+					"`distrun -n N`, or set MASTER_ADDR, "
+					"MASTER_PORT, RANK and WORLD_SIZE)");
+		if (strlen(a) >= sizeof(host))
+			return dri_fail(DR_EENV, "MASTER_ADDR is too long");
+		strcpy(host, a);
+		err = env_int("MASTER_PORT", 1, 65535, &port);
+		if (err)
+			return err;
+	} else if (!strncmp(method, "tcp://", 6)) {
+		err = parse_tcp_url(method, host, sizeof(host), &port);
+		if (err)
+			return err;
+	} else {
+		return dri_fail(DR_EINVAL, "dr_init_process_group: init_method "
+				"'%s' is not supported (use \"env://\" or "
+				"\"tcp://HOST:PORT\")", method);
+	}
+	if (opts->world_size > 0)
+		I.size = opts->world_size;
+	else if ((err = env_int("WORLD_SIZE", 1, 1 << 20, &I.size)))
+		return err;
+	if (opts->rank >= 0)
+		I.rank = opts->rank;
+	else if ((err = env_int("RANK", 0, 1 << 20, &I.rank)))
+		return err;
+	if (I.rank >= I.size) {
+		err = dri_fail(DR_EENV, "RANK=%d is not below WORLD_SIZE=%d",
+			       I.rank, I.size);
+		goto fail;
+	}
+	err = rendezvous(host, port);
+	if (err)
+		goto fail;
+	err = dri_groups_init(I.rank, I.size);
+	if (err)
+		goto fail;
+	I.on = 1;
+	if (!I.atexit_set && !atexit(leave_at_exit))
+		I.atexit_set = 1;
+	err = dr_barrier(NULL, NULL, NULL, 0);
+	if (err) {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dr_last_error());
+		dr_destroy_process_group();
+		return dri_fail(err, "dr_init_process_group: %s", msg);
+	}
+	return DR_OK;
+fail:
+	{
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dr_last_error());
+		dri_transport_stop();
+		dri_store_close(I.st);
+		dri_store_server_stop(I.srv);
+		I.st = NULL;
+		I.srv = NULL;
+		I.rank = I.size = -1;
+		I.timeout_ms = 0;
+		return dri_fail(err, "%s", msg);
+	}
+}
+
+dr_err dr_init_process_group(const char *backend, const char *init_method)
+{
+	dr_init_options o = DR_INIT_OPTIONS_INIT;
+
+	o.backend = backend;
+	o.init_method = init_method;
+	return dr_init_process_group_opts(&o);
+}
+
+dr_err dr_destroy_process_group(void)
+{
+	if (!I.on)
+		return dri_fail(DR_ENOINIT, "dr_destroy_process_group: the "
+				"process group has not been initialized");
+	dri_groups_shutdown();
+	dri_transport_stop();
+	dri_store_close(I.st);
+	dri_store_server_stop(I.srv);
+	I.st = NULL;
+	I.srv = NULL;
+	I.on = 0;
+	I.rank = I.size = -1;
+	I.timeout_ms = 0;
+	return DR_OK;
+}

@@ -1,0 +1,1483 @@
+/*
+ * transport.c - connections between ranks, framed messages, matching of
+ * receives, and the poll loop that moves the bytes.
+ *
+ * Every rank listens on one socket; the addresses of all ranks come from
+ * the store at init.  A connection to a peer is opened only when a request
+ * first needs it (so 256 ranks fit in the default fd limit) and starts with
+ * a handshake (magic, version, job id, rank); anything else is dropped.
+ * When two ranks connect to each other at once, the connection opened by
+ * the lower rank wins: the acceptor answers the handshake with one byte,
+ * 1 (kept) or 0 (dropped).
+ *
+ * Each message is a 64-byte header (dri_wire_hdr: magic, version, the
+ * call's dri_msg_id, payload length, sender) and its payload.  A receive is
+ * matched against the first message from its peer with the same group (and
+ * tag, for point-to-point); if the rest of the identity differs the ranks
+ * made different calls and the group is aborted with DR_EMISMATCH naming
+ * both.  Messages that arrive before their receive is posted wait in the
+ * unexpected queue; a receive already posted gets the payload straight into
+ * its buffer.
+ *
+ * Threads: one mutex guards everything; one thread at a time (the poller)
+ * blocks in poll() without it, and the others wait on a condition variable
+ * while the poller completes their requests too.  The poller watches every
+ * connection, so a peer that dies is noticed whatever we wait for.
+ *
+ * Failure is final: a mismatch, a dead peer or a timeout aborts the whole
+ * transport; connected peers get an ABORT frame (with the message) or see
+ * the connection close, so they fail too instead of hanging, and later
+ * calls fail at once.  A rank that leaves on purpose sends BYE first.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dri.h"
+
+#define HS_MAGIC 0x53485244u /* "DRHS" */
+#define HS_LEN 32
+#define SOCKBUF (4 << 20)
+#define ABORT_TEXT_MAX 4096
+#define DISCARD_LEN 65536
+
+enum peer_state {
+	P_NONE,       /* no connection yet */
+	P_CONNECTING, /* our connect() in progress */
+	P_HS_SENT,    /* our handshake sent, waiting for the ack byte */
+	P_WAIT,       /* ours was dropped: the lower rank's is coming */
+	P_UP,         /* connected */
+	P_GONE,       /* said goodbye, or the transport was closed */
+};
+
+/* A message that arrived before its receive was posted. */
+struct umsg {
+	struct umsg *next;
+	int src;
+	dri_msg_id id;
+	size_t len, done;
+	unsigned char *data;
+};
+
+struct peer {
+	int fd;
+	int state;
+	/* sending: queue of requests, the head's header being written */
+	dri_req *sq_head, *sq_tail;
+	unsigned char shdr[DRI_WIRE_HDR];
+	size_t shdr_done;
+	int shdr_ready;
+	/* receiving: header, then the payload into rx_dest */
+	unsigned char rhdr[DRI_WIRE_HDR];
+	size_t rhdr_got;
+	int rx_active;
+	dri_wire_hdr rx;
+	unsigned char *rx_dest; /* NULL: discard */
+	size_t rx_done;
+	dri_req *rx_req;        /* or */
+	struct umsg *rx_msg;    /* or neither (discard, abort text) */
+	char *abort_text;
+};
+
+struct pending {
+	int fd;
+	size_t got;
+	unsigned char buf[HS_LEN];
+};
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int on;
+	int rank, size;
+	int listen_fd, wake_fd;
+	uint8_t job[16];
+	char **addrs;
+	struct peer *peers;
+	dri_req *posted_head, *posted_tail; /* receives, in posting order */
+	struct umsg *uq_head, *uq_tail;
+	struct pending *pend;
+	int npend, cap_pend;
+	int polling;
+	int64_t spin_us;
+	struct pollfd *pfd;
+	int *pfd_who; /* -1 wake, -2 listen, -3 - i pending i, else peer */
+	int cap_pfd;
+	dr_err abort_err;
+	char abort_msg[1024];
+} tp = {
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.cv = PTHREAD_COND_INITIALIZER,
+	.listen_fd = -1,
+	.wake_fd = -1,
+};
+
+/* Sends that were cancelled half-way keep their remaining bytes here, so
+ * the frame on the wire stays whole. */
+#define REQ_OWNED ((void *)1)
+
+static void abort_locked(dr_err err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------ wire */
+
+static void put16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint16_t get16(const unsigned char *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+void dri_wire_encode(const dri_wire_hdr *h, unsigned char out[DRI_WIRE_HDR])
+{
+	put32(out + 0, h->magic);
+	put16(out + 4, h->version);
+	put16(out + 6, h->kind);
+	put32(out + 8, h->id.group_id);
+	put32(out + 12, h->id.coll);
+	put64(out + 16, h->id.seq);
+	put64(out + 24, h->id.count);
+	put32(out + 32, (uint32_t)h->id.dtype);
+	put32(out + 36, (uint32_t)h->id.op);
+	put32(out + 40, (uint32_t)h->id.root);
+	put32(out + 44, (uint32_t)h->id.tag);
+	put64(out + 48, h->len);
+	put32(out + 56, (uint32_t)h->src);
+	put32(out + 60, (uint32_t)h->err);
+}
+
+dr_err dri_wire_decode(const unsigned char in[DRI_WIRE_HDR], dri_wire_hdr *h)
+{
+	h->magic = get32(in + 0);
+	h->version = get16(in + 4);
+	h->kind = get16(in + 6);
+	if (h->magic != DRI_WIRE_MAGIC)
+		return dri_fail(DR_EPROTO, "bad message magic 0x%08x (expected "
+				"0x%08x)", h->magic, DRI_WIRE_MAGIC);
+	if (h->version != DRI_WIRE_VERSION)
+		return dri_fail(DR_EPROTO, "peer speaks protocol version %u, "
+				"this rank %u", h->version, DRI_WIRE_VERSION);
+	if (h->kind > DRI_WIRE_ABORT)
+		return dri_fail(DR_EPROTO, "unknown message kind %u", h->kind);
+	h->id.group_id = get32(in + 8);
+	h->id.coll = get32(in + 12);
+	h->id.seq = get64(in + 16);
+	h->id.count = get64(in + 24);
+	h->id.dtype = (int32_t)get32(in + 32);
+	h->id.op = (int32_t)get32(in + 36);
+	h->id.root = (int32_t)get32(in + 40);
+	h->id.tag = (int32_t)get32(in + 44);
+	h->len = get64(in + 48);
+	h->src = (int32_t)get32(in + 56);
+	h->err = (int32_t)get32(in + 60);
+	return DR_OK;
+}
+
+void dri_msg_id_describe(const dri_msg_id *id, char *buf, size_t size)
+{
+	int n;
+
+	if (id->coll == DRI_BARRIER || id->coll == DRI_MONITORED_BARRIER) {
+		snprintf(buf, size, "%s", dri_coll_name(id->coll));
+		return;
+	}
+	n = snprintf(buf, size, "%s(count=%llu", dri_coll_name(id->coll),
+		     (unsigned long long)id->count);
+	if (id->dtype >= 0 && n >= 0 && (size_t)n < size)
+		n += snprintf(buf + n, size - n, ", %s",
+			      dr_dtype_name((dr_dtype)id->dtype));
+	if (id->op >= 0 && n >= 0 && (size_t)n < size)
+		n += snprintf(buf + n, size - n, ", %s",
+			      dr_op_name((dr_op)id->op));
+	if (id->root >= 0 && n >= 0 && (size_t)n < size)
+		n += snprintf(buf + n, size - n, ", root=%d", id->root);
+	if (id->coll == DRI_P2P && n >= 0 && (size_t)n < size)
+		n += snprintf(buf + n, size - n, ", tag=%d", id->tag);
+	if (n >= 0 && (size_t)n < size)
+		snprintf(buf + n, size - n, ")");
+}
+
+/* ---------------------------------------------------------- sockets */
+
+static void sock_tune(int fd)
+{
+	int one = 1, sz = SOCKBUF;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+}
+
+static void wake_locked(void)
+{
+	uint64_t one = 1;
+
+	if (tp.polling && tp.wake_fd >= 0 &&
+	    write(tp.wake_fd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the poller wakes anyway */
+	}
+}
+
+void dri_transport_wake(void)
+{
+	pthread_mutex_lock(&tp.mu);
+	wake_locked();
+	pthread_mutex_unlock(&tp.mu);
+}
+
+dr_err dri_transport_listen(int rank, int world_size, int *port)
+{
+	struct sockaddr_in6 a6;
+	struct sockaddr_in a4;
+	socklen_t len;
+	int fd, one = 1, v6 = 1;
+	const char *spin;
+
+	if (tp.on || tp.listen_fd >= 0)
+		return dri_fail(DR_EALREADY, "transport already started");
+	/* Dual-stack where we can, IPv4 otherwise. */
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		int zero = 0;
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		memset(&a6, 0, sizeof(a6));
+		a6.sin6_family = AF_INET6;
+		a6.sin6_addr = in6addr_any;
+	} else {
+		v6 = 0;
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return dri_fail(DR_ESYS, "socket: %s", strerror(errno));
+		memset(&a4, 0, sizeof(a4));
+		a4.sin_family = AF_INET;
+		a4.sin_addr.s_addr = htonl(INADDR_ANY);
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	sock_tune(fd); /* accepted sockets inherit the buffer sizes */
+	if ((v6 ? bind(fd, (struct sockaddr *)&a6, sizeof(a6))
+		: bind(fd, (struct sockaddr *)&a4, sizeof(a4))) < 0 ||
+	    listen(fd, SOMAXCONN) < 0) {
+		close(fd);
+		return dri_fail(DR_ESYS, "listening socket: %s", strerror(errno));
+	}
+	len = v6 ? sizeof(a6) : sizeof(a4);
+	if (getsockname(fd, v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
+			&len) < 0) {
+		close(fd);
+		return dri_fail(DR_ESYS, "getsockname: %s", strerror(errno));
+	}
+	*port = ntohs(v6 ? a6.sin6_port : a4.sin_port);
+	tp.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tp.wake_fd < 0) {
+		close(fd);
+		return dri_fail(DR_ESYS, "eventfd: %s", strerror(errno));
+	}
+	tp.listen_fd = fd;
+	tp.rank = rank;
+	tp.size = world_size;
+	/* Spinning only pays when every rank has a core of its own. */
+	spin = getenv("DISTRUN_SPIN_US");
+	if (spin && *spin)
+		tp.spin_us = atoll(spin);
+	else
+		tp.spin_us = world_size <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
+	return DR_OK;
+}
+
+dr_err dri_transport_start(char **addrs, const uint8_t job_id[16])
+{
+	pthread_mutex_lock(&tp.mu);
+	tp.peers = calloc((size_t)tp.size, sizeof(*tp.peers));
+	if (!tp.peers) {
+		pthread_mutex_unlock(&tp.mu);
+		return dri_fail(DR_ENOMEM, "out of memory for %d peers", tp.size);
+	}
+	for (int i = 0; i < tp.size; i++)
+		tp.peers[i].fd = -1;
+	tp.addrs = addrs;
+	memcpy(tp.job, job_id, 16);
+	tp.abort_err = DR_OK;
+	tp.abort_msg[0] = 0;
+	tp.on = 1;
+	pthread_mutex_unlock(&tp.mu);
+	return DR_OK;
+}
+
+/* Splits "host:port" (host may be "[v6]"), resolves, connects without
+ * blocking.  Returns the fd or -1 with errno. */
+static int connect_addr(const char *addr)
+{
+	char host[256];
+	const char *colon = strrchr(addr, ':');
+	struct addrinfo hints, *res = NULL;
+	size_t hl;
+	int fd = -1, rc;
+
+	if (!colon || (hl = (size_t)(colon - addr)) >= sizeof(host)) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(host, addr, hl);
+	host[hl] = 0;
+	if (host[0] == '[' && hl > 1 && host[hl - 1] == ']') {
+		memmove(host, host + 1, hl - 2);
+		host[hl - 2] = 0;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if (getaddrinfo(host, colon + 1, &hints, &res) || !res) {
+		errno = EHOSTUNREACH;
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto out;
+	sock_tune(fd);
+	do
+		rc = connect(fd, res->ai_addr, res->ai_addrlen);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0 && errno != EINPROGRESS) {
+		int e = errno;
+		close(fd);
+		fd = -1;
+		errno = e;
+	}
+out:
+	freeaddrinfo(res);
+	return fd;
+}
+
+/* ---------------------------------------------------- request lists */
+
+static void req_finish(dri_req *r, dr_err st)
+{
+	if (r->priv == REQ_OWNED) {
+		free(r);
+		return;
+	}
+	r->status = st;
+	__atomic_store_n(&r->complete, 1, __ATOMIC_RELEASE);
+}
+
+static void posted_unlink(dri_req *r)
+{
+	dri_req **pp = &tp.posted_head, *prev = NULL;
+
+	for (; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			if (tp.posted_tail == r)
+				tp.posted_tail = prev;
+			r->next = NULL;
+			return;
+		}
+}
+
+static void uq_unlink(struct umsg *m)
+{
+	struct umsg **pp = &tp.uq_head, *prev = NULL;
+
+	for (; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			if (tp.uq_tail == m)
+				tp.uq_tail = prev;
+			return;
+		}
+}
+
+/* Same matching class: group, and for point-to-point the tag. */
+static int id_key_match(const dri_msg_id *want, const dri_msg_id *got)
+{
+	if (want->group_id != got->group_id)
+		return 0;
+	if ((want->coll == DRI_P2P) != (got->coll == DRI_P2P))
+		return 0;
+	return want->coll != DRI_P2P || want->tag == got->tag;
+}
+
+static int id_equal(const dri_msg_id *a, const dri_msg_id *b)
+{
+	return a->group_id == b->group_id && a->coll == b->coll &&
+	       a->seq == b->seq && a->count == b->count &&
+	       a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+	       a->tag == b->tag;
+}
+
+/* Checks a message from src against the receive r; aborts on mismatch. */
+static int check_match(const dri_req *r, int src, const dri_msg_id *id,
+		       uint64_t len)
+{
+	char mine[256], theirs[256];
+
+	if (id_equal(&r->id, id) && len == r->len)
+		return 1;
+	dri_msg_id_describe(id, theirs, sizeof(theirs));
+	dri_msg_id_describe(&r->id, mine, sizeof(mine));
+	if (id->coll == DRI_P2P && r->id.coll == DRI_P2P)
+		abort_locked(DR_EMISMATCH, "rank %d sent %s but rank %d posted "
+			     "recv %s", src, theirs, tp.rank, mine);
+	else if (!id_equal(&r->id, id) && id->seq != r->id.seq)
+		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
+			     "called %s (seq %llu vs %llu%s)", src, theirs,
+			     tp.rank, mine, (unsigned long long)id->seq,
+			     (unsigned long long)r->id.seq,
+			     id->group_id ? ", subgroup" : "");
+	else if (!id_equal(&r->id, id))
+		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
+			     "called %s (seq %llu)", src, theirs, tp.rank,
+			     mine, (unsigned long long)r->id.seq);
+	else
+		abort_locked(DR_EMISMATCH, "rank %d sent %llu bytes in %s but "
+			     "rank %d expected %zu bytes (seq %llu)", src,
+			     (unsigned long long)len, theirs, tp.rank, r->len,
+			     (unsigned long long)r->id.seq);
+	return 0;
+}
+
+/* -------------------------------------------------------- abort */
+
+static void close_peer(struct peer *p)
+{
+	if (p->fd >= 0) {
+		shutdown(p->fd, SHUT_RDWR);
+		close(p->fd);
+	}
+	p->fd = -1;
+}
+
+static void send_frame_best_effort(int fd, const dri_wire_hdr *h,
+				   const void *payload)
+{
+	unsigned char b[DRI_WIRE_HDR];
+	struct iovec iov[2];
+	struct msghdr mh;
+
+	dri_wire_encode(h, b);
+	iov[0].iov_base = b;
+	iov[0].iov_len = sizeof(b);
+	iov[1].iov_base = (void *)payload;
+	iov[1].iov_len = h->len;
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = iov;
+	mh.msg_iovlen = h->len ? 2 : 1;
+	/* A frame that does not fit in the socket buffer whole would leave
+	 * the stream torn; the close then tells the peer instead. */
+	(void)!sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static void fail_all_locked(dr_err err)
+{
+	dri_req *r, *next;
+	struct umsg *m, *mn;
+
+	for (r = tp.posted_head; r; r = next) {
+		next = r->next;
+		r->next = NULL;
+		req_finish(r, err);
+	}
+	tp.posted_head = tp.posted_tail = NULL;
+	for (m = tp.uq_head; m; m = mn) {
+		mn = m->next;
+		free(m->data);
+		free(m);
+	}
+	tp.uq_head = tp.uq_tail = NULL;
+	for (int i = 0; tp.peers && i < tp.size; i++) {
+		struct peer *p = &tp.peers[i];
+		for (r = p->sq_head; r; r = next) {
+			next = r->next;
+			r->next = NULL;
+			req_finish(r, err);
+		}
+		p->sq_head = p->sq_tail = NULL;
+		if (p->rx_req)
+			req_finish(p->rx_req, err);
+		p->rx_req = NULL;
+		p->rx_msg = NULL; /* freed with the queue */
+		free(p->abort_text);
+		p->abort_text = NULL;
+		p->rx_active = 0;
+	}
+}
+
+static void abort_locked(dr_err err, const char *fmt, ...)
+{
+	va_list ap;
+	dri_wire_hdr h;
+
+	if (tp.abort_err)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(tp.abort_msg, sizeof(tp.abort_msg), fmt, ap);
+	va_end(ap);
+	tp.abort_err = err;
+	memset(&h, 0, sizeof(h));
+	h.magic = DRI_WIRE_MAGIC;
+	h.version = DRI_WIRE_VERSION;
+	h.kind = DRI_WIRE_ABORT;
+	h.src = tp.rank;
+	h.err = err;
+	h.len = strlen(tp.abort_msg);
+	for (int i = 0; tp.peers && i < tp.size; i++) {
+		struct peer *p = &tp.peers[i];
+		/* Only between frames: a half-written frame cannot be
+		 * followed by another. */
+		if (p->state == P_UP && !(p->shdr_ready && (p->shdr_done ||
+							    (p->sq_head && p->sq_head->done))))
+			send_frame_best_effort(p->fd, &h, tp.abort_msg);
+		close_peer(p);
+		p->state = P_GONE;
+	}
+	for (int i = 0; i < tp.npend; i++)
+		close(tp.pend[i].fd);
+	tp.npend = 0;
+	if (tp.listen_fd >= 0)
+		close(tp.listen_fd);
+	tp.listen_fd = -1;
+	fail_all_locked(err);
+	pthread_cond_broadcast(&tp.cv);
+	wake_locked();
+}
+
+void dri_transport_abort(dr_err err, const char *msg)
+{
+	pthread_mutex_lock(&tp.mu);
+	abort_locked(err, "%s", msg);
+	pthread_mutex_unlock(&tp.mu);
+}
+
+dr_err dri_transport_check(void)
+{
+	dr_err err;
+
+	pthread_mutex_lock(&tp.mu);
+	err = tp.abort_err;
+	if (err)
+		dri_fail(DR_EABORTED, "process group aborted: %s", tp.abort_msg);
+	pthread_mutex_unlock(&tp.mu);
+	return err ? DR_EABORTED : DR_OK;
+}
+
+/* ------------------------------------------------------ connecting */
+
+static void start_connect(int i)
+{
+	struct peer *p = &tp.peers[i];
+
+	p->fd = connect_addr(tp.addrs[i]);
+	if (p->fd < 0) {
+		abort_locked(DR_EPEER, "rank %d: cannot connect to rank %d at "
+			     "%s: %s", tp.rank, i, tp.addrs[i], strerror(errno));
+		return;
+	}
+	p->state = P_CONNECTING;
+	wake_locked();
+}
+
+/* Makes sure a request to or from peer i can progress. */
+static int peer_usable(int i, const char *what)
+{
+	struct peer *p = &tp.peers[i];
+
+	if (p->state == P_GONE) {
+		abort_locked(DR_EPEER, "rank %d: cannot %s rank %d: it has "
+			     "left the process group", tp.rank, what, i);
+		return 0;
+	}
+	if (p->state == P_NONE)
+		start_connect(i);
+	return !tp.abort_err;
+}
+
+static void hs_encode(unsigned char *b)
+{
+	put32(b, HS_MAGIC);
+	put16(b + 4, DRI_WIRE_VERSION);
+	put16(b + 6, 0);
+	put32(b + 8, (uint32_t)tp.rank);
+	put32(b + 12, (uint32_t)tp.size);
+	memcpy(b + 16, tp.job, 16);
+}
+
+static void flush_peer(int i);
+
+static void peer_up(int i, int fd)
+{
+	struct peer *p = &tp.peers[i];
+
+	p->fd = fd;
+	p->state = P_UP;
+	p->rhdr_got = 0;
+	p->rx_active = 0;
+	if (p->sq_head)
+		flush_peer(i);
+}
+
+static void peer_lost(int i, const char *why)
+{
+	abort_locked(DR_EPEER, "rank %d: lost the connection to rank %d (%s): "
+		     "did it crash or exit without dr_destroy_process_group?",
+		     tp.rank, i, why);
+}
+
+/* Our connect() completed (or failed): send the handshake. */
+static void on_connected(int i)
+{
+	struct peer *p = &tp.peers[i];
+	unsigned char b[HS_LEN];
+	int err = 0;
+	socklen_t el = sizeof(err);
+	ssize_t n;
+
+	if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		err = errno;
+	if (err) {
+		abort_locked(DR_EPEER, "rank %d: cannot connect to rank %d at "
+			     "%s: %s (has it exited?)", tp.rank, i, tp.addrs[i],
+			     strerror(err));
+		return;
+	}
+	hs_encode(b);
+	do
+		n = send(p->fd, b, sizeof(b), MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(b)) {
+		peer_lost(i, "handshake not sent");
+		return;
+	}
+	p->state = P_HS_SENT;
+}
+
+static void on_ack(int i)
+{
+	struct peer *p = &tp.peers[i];
+	unsigned char c;
+	ssize_t n;
+
+	do
+		n = recv(p->fd, &c, 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n <= 0) {
+		peer_lost(i, "closed during the handshake");
+		return;
+	}
+	if (c == 1) {
+		peer_up(i, p->fd);
+		return;
+	}
+	/* Dropped: the lower rank's own connection to us wins. */
+	close(p->fd);
+	p->fd = -1;
+	p->state = P_WAIT;
+}
+
+static void on_accept(void)
+{
+	for (;;) {
+		int fd = accept4(tp.listen_fd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return; /* EAGAIN, or a failed accept: try later */
+		if (tp.npend == tp.cap_pend) {
+			int cap = tp.cap_pend ? 2 * tp.cap_pend : 16;
+			struct pending *np = realloc(tp.pend, cap * sizeof(*np));
+			if (!np) {
+				close(fd);
+				return;
+			}
+			tp.pend = np;
+			tp.cap_pend = cap;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		tp.pend[tp.npend].fd = fd;
+		tp.pend[tp.npend].got = 0;
+		tp.npend++;
+	}
+}
+
+/* Reads an incoming handshake; returns 1 when pending slot k is done
+ * (kept or dropped). */
+static int on_pending(int k)
+{
+	struct pending *pe = &tp.pend[k];
+	ssize_t n;
+	int r;
+	unsigned char ack;
+
+	do
+		n = recv(pe->fd, pe->buf + pe->got, HS_LEN - pe->got, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0)
+		goto drop;
+	pe->got += (size_t)n;
+	if (pe->got < HS_LEN)
+		return 0;
+	/* Anything but our own job's handshake is dropped silently. */
+	if (get32(pe->buf) != HS_MAGIC || get16(pe->buf + 4) != DRI_WIRE_VERSION ||
+	    (int)get32(pe->buf + 12) != tp.size ||
+	    memcmp(pe->buf + 16, tp.job, 16))
+		goto drop;
+	r = (int)get32(pe->buf + 8);
+	if (r < 0 || r >= tp.size || r == tp.rank)
+		goto drop;
+	struct peer *p = &tp.peers[r];
+	if (p->state == P_GONE || p->state == P_UP)
+		ack = 0;
+	else if (r < tp.rank)
+		ack = 1; /* the lower rank's connection wins */
+	else
+		ack = p->state == P_NONE || p->state == P_WAIT;
+	if (send(pe->fd, &ack, 1, MSG_NOSIGNAL) != 1 || !ack)
+		goto drop;
+	if (p->fd >= 0)
+		close(p->fd); /* our own, which lost */
+	peer_up(r, pe->fd);
+	return 1;
+drop:
+	close(pe->fd);
+	return 1;
+}
+
+/* -------------------------------------------------------- sending */
+
+static void flush_peer(int i)
+{
+	struct peer *p = &tp.peers[i];
+
+	while (p->sq_head && p->state == P_UP) {
+		dri_req *r = p->sq_head;
+		struct iovec iov[2];
+		struct msghdr mh;
+		ssize_t n;
+		int k = 0;
+
+		if (!p->shdr_ready) {
+			dri_wire_hdr h;
+			memset(&h, 0, sizeof(h));
+			h.magic = DRI_WIRE_MAGIC;
+			h.version = DRI_WIRE_VERSION;
+			h.kind = DRI_WIRE_DATA;
+			h.id = r->id;
+			h.len = r->len;
+			h.src = tp.rank;
+			dri_wire_encode(&h, p->shdr);
+			p->shdr_ready = 1;
+			p->shdr_done = 0;
+		}
+		if (p->shdr_done < DRI_WIRE_HDR) {
+			iov[k].iov_base = p->shdr + p->shdr_done;
+			iov[k++].iov_len = DRI_WIRE_HDR - p->shdr_done;
+		}
+		if (r->done < r->len) {
+			iov[k].iov_base = (char *)r->buf + r->done;
+			iov[k++].iov_len = r->len - r->done;
+		}
+		if (k) {
+			memset(&mh, 0, sizeof(mh));
+			mh.msg_iov = iov;
+			mh.msg_iovlen = (size_t)k;
+			n = sendmsg(p->fd, &mh, MSG_NOSIGNAL);
+			if (n < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					return;
+				peer_lost(i, strerror(errno));
+				return;
+			}
+			size_t h = DRI_WIRE_HDR - p->shdr_done;
+			if ((size_t)n < h) {
+				p->shdr_done += (size_t)n;
+				continue;
+			}
+			p->shdr_done = DRI_WIRE_HDR;
+			r->done += (size_t)n - h;
+			if (r->done < r->len)
+				continue;
+		}
+		p->sq_head = r->next;
+		if (!p->sq_head)
+			p->sq_tail = NULL;
+		r->next = NULL;
+		p->shdr_ready = 0;
+		req_finish(r, DR_OK);
+	}
+}
+
+dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
+		 const void *buf, size_t len)
+{
+	struct peer *p;
+
+	req->next = NULL;
+	req->id = *id;
+	req->peer = peer;
+	req->is_send = 1;
+	req->buf = (void *)buf;
+	req->len = len;
+	req->done = 0;
+	req->source = -1;
+	req->complete = 0;
+	req->status = DR_OK;
+	req->priv = NULL;
+	pthread_mutex_lock(&tp.mu);
+	if (!tp.on || peer < 0 || peer >= tp.size || peer == tp.rank) {
+		pthread_mutex_unlock(&tp.mu);
+		return dri_fail(DR_EINVAL, "send to rank %d: not a peer of rank "
+				"%d (world size %d)", peer, tp.rank, tp.size);
+	}
+	if (tp.abort_err || !peer_usable(peer, "send to")) {
+		req_finish(req, tp.abort_err);
+		pthread_mutex_unlock(&tp.mu);
+		return DR_OK; /* the wait reports it */
+	}
+	p = &tp.peers[peer];
+	if (p->sq_tail)
+		p->sq_tail->next = req;
+	else
+		p->sq_head = req;
+	p->sq_tail = req;
+	if (p->state == P_UP && p->sq_head == req)
+		flush_peer(peer);
+	if (!req->complete)
+		wake_locked(); /* the poller must watch for POLLOUT */
+	pthread_mutex_unlock(&tp.mu);
+	return DR_OK;
+}
+
+/* -------------------------------------------------------- receiving */
+
+dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
+		 size_t len)
+{
+	struct umsg *m;
+
+	req->next = NULL;
+	req->id = *id;
+	req->peer = peer;
+	req->is_send = 0;
+	req->buf = buf;
+	req->len = len;
+	req->done = 0;
+	req->source = -1;
+	req->complete = 0;
+	req->status = DR_OK;
+	req->priv = NULL;
+	pthread_mutex_lock(&tp.mu);
+	if (!tp.on || peer == tp.rank || peer >= tp.size ||
+	    (peer < 0 && peer != DR_ANY_SOURCE)) {
+		pthread_mutex_unlock(&tp.mu);
+		return dri_fail(DR_EINVAL, "receive from rank %d: not a peer of "
+				"rank %d (world size %d)", peer, tp.rank, tp.size);
+	}
+	if (tp.abort_err) {
+		req_finish(req, tp.abort_err);
+		goto out;
+	}
+	for (m = tp.uq_head; m; m = m->next)
+		if ((peer < 0 || m->src == peer) && id_key_match(id, &m->id))
+			break;
+	if (m) {
+		struct peer *p = &tp.peers[m->src];
+		uq_unlink(m);
+		if (!check_match(req, m->src, &m->id, m->len)) {
+			if (p->rx_msg == m)
+				p->rx_msg = NULL;
+			free(m->data);
+			free(m);
+			goto out;
+		}
+		req->source = m->src;
+		if (len)
+			memcpy(buf, m->data, m->done);
+		if (m->done == m->len) {
+			req->done = len;
+			req_finish(req, DR_OK);
+		} else {
+			/* Still arriving: the rest goes straight to buf. */
+			p->rx_msg = NULL;
+			p->rx_req = req;
+			p->rx_dest = buf;
+		}
+		free(m->data);
+		free(m);
+		goto out;
+	}
+	if (tp.posted_tail)
+		tp.posted_tail->next = req;
+	else
+		tp.posted_head = req;
+	tp.posted_tail = req;
+	/* Connect to the sender ourselves, so that its death is noticed
+	 * even if it never connects to us. */
+	if (peer >= 0)
+		peer_usable(peer, "receive from");
+out:
+	pthread_mutex_unlock(&tp.mu);
+	return DR_OK;
+}
+
+/* A header arrived from peer i: decide where its payload goes. */
+static void on_header(int i)
+{
+	struct peer *p = &tp.peers[i];
+	dri_wire_hdr *h = &p->rx;
+	dri_req *r;
+
+	p->rx_req = NULL;
+	p->rx_msg = NULL;
+	p->rx_dest = NULL;
+	p->rx_done = 0;
+	p->rx_active = 1;
+	if (h->kind == DRI_WIRE_ABORT) {
+		if (h->len > ABORT_TEXT_MAX) {
+			abort_locked(DR_EPROTO, "rank %d: oversized abort "
+				     "message from rank %d", tp.rank, i);
+			return;
+		}
+		p->abort_text = calloc(1, h->len + 1);
+		if (!p->abort_text) {
+			abort_locked(DR_ENOMEM, "out of memory");
+			return;
+		}
+		p->rx_dest = (unsigned char *)p->abort_text;
+		return;
+	}
+	for (r = tp.posted_head; r; r = r->next)
+		if ((r->peer < 0 || r->peer == i) && id_key_match(&r->id, &h->id))
+			break;
+	if (r) {
+		posted_unlink(r);
+		if (!check_match(r, i, &h->id, h->len)) {
+			req_finish(r, DR_EMISMATCH);
+			return;
+		}
+		r->source = i;
+		p->rx_req = r;
+		p->rx_dest = r->buf;
+		return;
+	}
+	struct umsg *m = calloc(1, sizeof(*m));
+	if (m)
+		m->data = malloc(h->len ? h->len : 1);
+	if (!m || !m->data) {
+		free(m);
+		abort_locked(DR_ENOMEM, "rank %d: out of memory for a %llu-byte "
+			     "message from rank %d", tp.rank,
+			     (unsigned long long)h->len, i);
+		return;
+	}
+	m->src = i;
+	m->id = h->id;
+	m->len = h->len;
+	if (tp.uq_tail)
+		tp.uq_tail->next = m;
+	else
+		tp.uq_head = m;
+	tp.uq_tail = m;
+	p->rx_msg = m;
+	p->rx_dest = m->data;
+}
+
+static void on_payload_done(int i)
+{
+	struct peer *p = &tp.peers[i];
+
+	p->rx_active = 0;
+	if (p->rx.kind == DRI_WIRE_ABORT) {
+		char *t = p->abort_text;
+		p->abort_text = NULL;
+		abort_locked((dr_err)p->rx.err > DR_OK &&
+			     (dr_err)p->rx.err < DR_ERR_COUNT_ ?
+			     (dr_err)p->rx.err : DR_EABORTED,
+			     "%s (reported by rank %d)", t ? t : "", i);
+		free(t);
+		return;
+	}
+	if (p->rx_req) {
+		p->rx_req->done = p->rx_req->len;
+		req_finish(p->rx_req, DR_OK);
+	} else if (p->rx_msg) {
+		p->rx_msg->done = p->rx_msg->len;
+	}
+	p->rx_req = NULL;
+	p->rx_msg = NULL;
+}
+
+static void on_readable(int i)
+{
+	static unsigned char sink[DISCARD_LEN];
+	struct peer *p = &tp.peers[i];
+	ssize_t n;
+
+	while (p->state == P_UP && !tp.abort_err) {
+		if (!p->rx_active) {
+			n = recv(p->fd, p->rhdr + p->rhdr_got,
+				 DRI_WIRE_HDR - p->rhdr_got, 0);
+		} else {
+			size_t want = p->rx.len - p->rx_done;
+			if (!want) {
+				on_payload_done(i);
+				continue;
+			}
+			if (!p->rx_dest && want > DISCARD_LEN)
+				want = DISCARD_LEN;
+			n = recv(p->fd, p->rx_dest ? p->rx_dest + p->rx_done : sink,
+				 want, 0);
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			peer_lost(i, strerror(errno));
+			return;
+		}
+		if (n == 0) {
+			if (!p->rx_active && !p->rhdr_got)
+				peer_lost(i, "connection closed");
+			else
+				peer_lost(i, "connection closed mid-message");
+			return;
+		}
+		if (p->rx_active) {
+			p->rx_done += (size_t)n;
+			if (p->rx_msg)
+				p->rx_msg->done = p->rx_done;
+			if (p->rx_done == p->rx.len)
+				on_payload_done(i);
+			continue;
+		}
+		p->rhdr_got += (size_t)n;
+		if (p->rhdr_got < DRI_WIRE_HDR)
+			continue;
+		p->rhdr_got = 0;
+		if (dri_wire_decode(p->rhdr, &p->rx) || p->rx.src != i) {
+			abort_locked(DR_EPROTO, "rank %d: garbled message from "
+				     "rank %d: %s", tp.rank, i,
+				     p->rx.src != i ? "wrong sender" :
+				     dr_last_error());
+			return;
+		}
+		if (p->rx.kind == DRI_WIRE_BYE) {
+			/* Left on purpose; requests that still need it fail
+			 * when they are made or waited for. */
+			close_peer(p);
+			p->state = P_GONE;
+			for (dri_req *r = tp.posted_head; r; r = r->next)
+				if (r->peer == i) {
+					abort_locked(DR_EPEER, "rank %d: rank %d "
+						     "left the process group while "
+						     "this rank waits for it",
+						     tp.rank, i);
+					break;
+				}
+			if (p->sq_head)
+				abort_locked(DR_EPEER, "rank %d: rank %d left "
+					     "the process group before receiving "
+					     "this rank's message", tp.rank, i);
+			return;
+		}
+		on_header(i);
+	}
+}
+
+/* ---------------------------------------------------------- the loop */
+
+/* One round of poll() with the lock released; the caller holds the lock
+ * and tp.polling is 0. */
+static void poll_once(int wait_ms)
+{
+	int n = 0, need = 2 + tp.npend + tp.size;
+	int rc;
+
+	if (need > tp.cap_pfd) {
+		struct pollfd *np = realloc(tp.pfd, need * sizeof(*np));
+		int *nw = np ? realloc(tp.pfd_who, need * sizeof(*nw)) : NULL;
+		if (np)
+			tp.pfd = np;
+		if (!nw) {
+			abort_locked(DR_ENOMEM, "out of memory for poll set");
+			return;
+		}
+		tp.pfd_who = nw;
+		tp.cap_pfd = need;
+	}
+	tp.pfd[n] = (struct pollfd){ tp.wake_fd, POLLIN, 0 };
+	tp.pfd_who[n++] = -1;
+	if (tp.listen_fd >= 0) {
+		tp.pfd[n] = (struct pollfd){ tp.listen_fd, POLLIN, 0 };
+		tp.pfd_who[n++] = -2;
+	}
+	for (int k = 0; k < tp.npend; k++) {
+		tp.pfd[n] = (struct pollfd){ tp.pend[k].fd, POLLIN, 0 };
+		tp.pfd_who[n++] = -3 - k;
+	}
+	for (int i = 0; i < tp.size; i++) {
+		struct peer *p = &tp.peers[i];
+		short ev;
+		if (p->fd < 0)
+			continue;
+		if (p->state == P_CONNECTING)
+			ev = POLLOUT;
+		else
+			ev = POLLIN | POLLRDHUP |
+			     (p->state == P_UP && p->sq_head ? POLLOUT : 0);
+		tp.pfd[n] = (struct pollfd){ p->fd, ev, 0 };
+		tp.pfd_who[n++] = i;
+	}
+	tp.polling = 1;
+	pthread_mutex_unlock(&tp.mu);
+	rc = poll(tp.pfd, (nfds_t)n, wait_ms);
+	pthread_mutex_lock(&tp.mu);
+	tp.polling = 0;
+	if (rc > 0 && !tp.abort_err) {
+		int done_pend = 0;
+		for (int k = 0; k < n && !tp.abort_err; k++) {
+			short re = tp.pfd[k].revents;
+			int who = tp.pfd_who[k];
+			if (!re)
+				continue;
+			if (who == -1) {
+				uint64_t v;
+				(void)!read(tp.wake_fd, &v, sizeof(v));
+			} else if (who == -2) {
+				on_accept();
+			} else if (who <= -3) {
+				int idx = -3 - who;
+				if (on_pending(idx)) {
+					tp.pend[idx].fd = -1;
+					done_pend = 1;
+				}
+			} else {
+				struct peer *p = &tp.peers[who];
+				if (p->fd != tp.pfd[k].fd)
+					continue; /* replaced meanwhile */
+				if (p->state == P_CONNECTING) {
+					on_connected(who);
+				} else if (p->state == P_HS_SENT) {
+					on_ack(who);
+				} else if (p->state == P_UP) {
+					if (re & POLLOUT)
+						flush_peer(who);
+					if (re & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
+						on_readable(who);
+				}
+			}
+		}
+		if (done_pend) {
+			int w = 0;
+			for (int k = 0; k < tp.npend; k++)
+				if (tp.pend[k].fd >= 0)
+					tp.pend[w++] = tp.pend[k];
+			tp.npend = w;
+		}
+	}
+	pthread_cond_broadcast(&tp.cv);
+}
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Waits on the condition variable until the poller has done a round or
+ * ms pass. */
+static void cond_wait_ms(int64_t ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&tp.cv, &tp.mu, &ts);
+}
+
+/* Progress one step: poll ourselves, or let the current poller work. */
+static void step_locked(int64_t wait_ms, int spin)
+{
+	if (tp.polling) {
+		cond_wait_ms(wait_ms < 1 ? 1 : wait_ms);
+		return;
+	}
+	poll_once(spin ? 0 : (int)(wait_ms > 1000 ? 1000 : wait_ms));
+}
+
+void dri_transport_progress(int64_t timeout_ms)
+{
+	pthread_mutex_lock(&tp.mu);
+	if (tp.on && !tp.abort_err)
+		step_locked(timeout_ms, 0);
+	pthread_mutex_unlock(&tp.mu);
+}
+
+/* Removes an incomplete request from wherever the transport holds it. */
+static void cancel_locked(dri_req *r)
+{
+	if (r->complete)
+		return;
+	if (!r->is_send) {
+		posted_unlink(r);
+		for (int i = 0; i < tp.size; i++)
+			if (tp.peers[i].rx_req == r) {
+				tp.peers[i].rx_req = NULL;
+				tp.peers[i].rx_dest = NULL; /* discard the rest */
+			}
+	} else if (r->peer >= 0 && r->peer < tp.size) {
+		struct peer *p = &tp.peers[r->peer];
+		dri_req **pp = &p->sq_head, *prev = NULL;
+		for (; *pp && *pp != r; prev = *pp, pp = &(*pp)->next)
+			;
+		if (*pp) {
+			if (r == p->sq_head && p->shdr_ready) {
+				/* Half on the wire: finish it from a copy. */
+				size_t rest = r->len - r->done;
+				dri_req *c = malloc(sizeof(*c) + rest);
+				if (c) {
+					*c = *r;
+					c->buf = (char *)(c + 1);
+					memcpy(c->buf, (char *)r->buf + r->done, rest);
+					c->len = rest;
+					c->done = 0;
+					c->priv = REQ_OWNED;
+					*pp = c;
+					if (p->sq_tail == r)
+						p->sq_tail = c;
+				} else {
+					abort_locked(DR_ENOMEM, "out of memory");
+				}
+			} else {
+				*pp = r->next;
+				if (p->sq_tail == r)
+					p->sq_tail = prev;
+			}
+		}
+	}
+	r->next = NULL;
+	r->status = DR_ETIMEDOUT;
+}
+
+static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
+{
+	int64_t deadline = dri_now_ms() + timeout_ms;
+	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
+	dr_err err = DR_OK;
+	int i = 0;
+
+	pthread_mutex_lock(&tp.mu);
+	for (;;) {
+		while (i < n && __atomic_load_n(&reqs[i].complete, __ATOMIC_ACQUIRE))
+			i++;
+		if (i == n || tp.abort_err)
+			break;
+		int64_t left = deadline - dri_now_ms();
+		if (left <= 0) {
+			char what[256];
+			dri_req *r = &reqs[i];
+			dri_msg_id_describe(&r->id, what, sizeof(what));
+			if (!fatal) {
+				for (int k = i; k < n; k++)
+					cancel_locked(&reqs[k]);
+				pthread_mutex_unlock(&tp.mu);
+				return dri_fail(DR_ETIMEDOUT, "rank %d: timed out "
+						"after %lld ms in %s (seq %llu) "
+						"waiting to %s rank %d", tp.rank,
+						(long long)timeout_ms, what,
+						(unsigned long long)r->id.seq,
+						r->is_send ? "send to" : "receive from",
+						r->peer);
+			}
+			abort_locked(DR_ETIMEDOUT, "rank %d: timed out after %lld "
+				     "ms in %s (seq %llu) waiting to %s rank %d",
+				     tp.rank, (long long)timeout_ms, what,
+				     (unsigned long long)r->id.seq,
+				     r->is_send ? "send to" : "receive from",
+				     r->peer);
+			break;
+		}
+		step_locked(left, spin_end && now_us() < spin_end);
+	}
+	for (int k = 0; k < n && !err; k++)
+		if (reqs[k].complete && reqs[k].status)
+			err = reqs[k].status;
+	if (!err && tp.abort_err)
+		err = tp.abort_err;
+	if (err)
+		dri_fail(err, "%s", tp.abort_msg);
+	pthread_mutex_unlock(&tp.mu);
+	return err;
+}
+
+dr_err dri_waitall(dri_req *reqs, int n)
+{
+	return wait_reqs(reqs, n, dri_op_timeout_ms(), 1);
+}
+
+dr_err dri_waitall_timeout(dri_req *reqs, int n, int64_t timeout_ms)
+{
+	return wait_reqs(reqs, n, timeout_ms, 0);
+}
+
+dr_err dri_send(const dri_msg_id *id, int peer, const void *buf, size_t len)
+{
+	dri_req r;
+	dr_err err = dri_isend(&r, id, peer, buf, len);
+
+	return err ? err : dri_waitall(&r, 1);
+}
+
+dr_err dri_recv(const dri_msg_id *id, int peer, void *buf, size_t len)
+{
+	dri_req r;
+	dr_err err = dri_irecv(&r, id, peer, buf, len);
+
+	return err ? err : dri_waitall(&r, 1);
+}
+
+dr_err dri_sendrecv(const dri_msg_id *id, int to, const void *sbuf, size_t slen,
+		    int from, void *rbuf, size_t rlen)
+{
+	dri_req r[2];
+	dr_err err;
+
+	/* Receive first: the payload can then land in rbuf directly. */
+	err = dri_irecv(&r[0], id, from, rbuf, rlen);
+	if (err)
+		return err;
+	err = dri_isend(&r[1], id, to, sbuf, slen);
+	if (err) {
+		pthread_mutex_lock(&tp.mu);
+		cancel_locked(&r[0]);
+		pthread_mutex_unlock(&tp.mu);
+		return err;
+	}
+	return dri_waitall(r, 2);
+}
+
+/* ------------------------------------------------------------- stop */
+
+void dri_transport_stop(void)
+{
+	int64_t deadline;
+
+	pthread_mutex_lock(&tp.mu);
+	if (!tp.on) {
+		pthread_mutex_unlock(&tp.mu);
+		return;
+	}
+	/* Let queued sends drain a little, so a peer gets what it was sent
+	 * before it learns that we left. */
+	deadline = dri_now_ms() + 2000;
+	while (!tp.abort_err && dri_now_ms() < deadline) {
+		int busy = 0;
+		for (int i = 0; i < tp.size; i++)
+			if (tp.peers[i].sq_head &&
+			    tp.peers[i].state != P_GONE)
+				busy = 1;
+		if (!busy)
+			break;
+		step_locked(100, 0);
+	}
+	while (tp.polling)
+		cond_wait_ms(100);
+	for (int i = 0; i < tp.size; i++) {
+		struct peer *p = &tp.peers[i];
+		if (p->state == P_UP && !tp.abort_err && !p->shdr_ready) {
+			dri_wire_hdr h;
+			memset(&h, 0, sizeof(h));
+			h.magic = DRI_WIRE_MAGIC;
+			h.version = DRI_WIRE_VERSION;
+			h.kind = DRI_WIRE_BYE;
+			h.src = tp.rank;
+			send_frame_best_effort(p->fd, &h, NULL);
+		}
+		close_peer(p);
+		p->state = P_GONE;
+	}
+	for (int i = 0; i < tp.npend; i++)
+		close(tp.pend[i].fd);
+	tp.npend = 0;
+	fail_all_locked(DR_EABORTED);
+	if (tp.listen_fd >= 0)
+		close(tp.listen_fd);
+	if (tp.wake_fd >= 0)
+		close(tp.wake_fd);
+	tp.listen_fd = tp.wake_fd = -1;
+	free(tp.peers);
+	tp.peers = NULL;
+	free(tp.pend);
+	tp.pend = NULL;
+	tp.cap_pend = 0;
+	free(tp.pfd);
+	free(tp.pfd_who);
+	tp.pfd = NULL;
+	tp.pfd_who = NULL;
+	tp.cap_pfd = 0;
+	if (tp.addrs) {
+		for (int i = 0; i < tp.size; i++)
+			free(tp.addrs[i]);
+		free(tp.addrs);
+	}
+	tp.addrs = NULL;
+	tp.on = 0;
+	tp.abort_err = DR_OK;
+	pthread_mutex_unlock(&tp.mu);
+}
