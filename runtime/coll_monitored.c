@@ -67,8 +67,10 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 	err = dri_waitall_timeout(reqs, p - 1, op->timeout_ms);
 	if (err && err != DR_ETIMEDOUT)
 		goto out;
-	if (err)
+	if (err) {
 		name_missing(op, reqs, wait_all, verdict);
+		err = DR_OK;
+	}
 	for (int i = 1; i < p && !err; i++) {
 		if (!reqs[i - 1].complete)
 			continue;

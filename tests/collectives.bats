@@ -1,0 +1,173 @@
+#!/usr/bin/env bats
+# The collectives beyond barrier/all_reduce/broadcast, subgroups, point to
+# point, asynchronous work and the monitored barrier, as a user sees them:
+# a program (tests/c/coll_more.c) run under distrun that checks every
+# result against a reference and prints what it got.
+
+load common
+
+# Every wait inside the ranks gives up long before bats would.
+export DISTRUN_TIMEOUT=60s
+
+# ranks N MODE [ARG]: runs coll_more on N ranks.
+ranks() {
+	local n=$1; shift
+	run "$DISTRUN" --timeout 150s -n "$n" "$CTESTS/coll_more" "$@"
+}
+
+# every_rank_ok N: each of the N ranks printed its closing "ok" line.
+every_rank_ok() {
+	[ "$(grep -c ': ok, [0-9]* checks' <<<"$output")" -eq "$1" ] || {
+		echo "$output"; return 1; }
+}
+
+@test "every collective matches the reference on 1 rank" {
+	ranks 1 all
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 1
+}
+
+@test "every collective matches the reference on 2 ranks" {
+	ranks 2 all
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 2
+}
+
+@test "every collective matches the reference on 3 ranks" {
+	ranks 3 all
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 3
+}
+
+@test "every collective matches the reference on 4 ranks" {
+	ranks 4 all
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 4
+}
+
+@test "every collective matches the reference on 5 ranks, and on group {1,3,4}" {
+	ranks 5 all
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 5
+}
+
+@test "every collective matches the reference on 8 ranks and its subgroups" {
+	ranks 8 all
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 8
+}
+
+@test "a rank outside a group gets DR_ENOTMEMBER; bad arguments are named" {
+	ranks 3 nonmember
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 3
+}
+
+@test "point-to-point keeps order per (source, tag); any source names the sender" {
+	ranks 4 p2p
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 4
+}
+
+@test "many asynchronous operations complete whatever the order of waits" {
+	ranks 3 async
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 3
+}
+
+# mismatch CALL PATTERN...: the last of 3 ranks calls CALL differently; some
+# rank reports DR_EMISMATCH with a message matching every PATTERN, and no
+# rank hangs.
+mismatch() {
+	local call=$1; shift
+	ranks 3 mismatch "$call"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	local line
+	line=$(grep 'DR_EMISMATCH' <<<"$output" | head -n 1)
+	[ -n "$line" ]
+	for pat in "$@"; do
+		grep -q -- "$pat" <<<"$line"
+	done
+}
+
+@test "reduce with another count on one rank: DR_EMISMATCH naming both" {
+	mismatch reduce 'count=5' 'count=4'
+}
+
+@test "reduce with another root on one rank: DR_EMISMATCH" {
+	mismatch reduce_root 'reduce'
+}
+
+@test "all_gather with another count: DR_EMISMATCH naming both" {
+	mismatch all_gather 'count=5' 'count=4'
+}
+
+@test "gather with another count: DR_EMISMATCH" {
+	mismatch gather 'gather' 'count='
+}
+
+@test "scatter with another count: DR_EMISMATCH" {
+	mismatch scatter 'scatter' 'count='
+}
+
+@test "reduce_scatter with another count: DR_EMISMATCH" {
+	mismatch reduce_scatter 'reduce_scatter' 'count='
+}
+
+@test "all_to_all with another count: DR_EMISMATCH" {
+	mismatch all_to_all 'all_to_all' 'count='
+}
+
+@test "all_to_all_v whose splits disagree: DR_EMISMATCH, not corruption" {
+	mismatch all_to_all_v 'all_to_all_v' 'count=3' 'count=2'
+}
+
+@test "all_gather with another dtype: DR_EMISMATCH naming both" {
+	mismatch dtype 'int32' 'float32'
+}
+
+@test "all_gather against reduce_scatter: DR_EMISMATCH naming both" {
+	mismatch kind 'all_gather' 'reduce_scatter'
+}
+
+@test "new_group with other members on one rank: DR_EMISMATCH" {
+	mismatch new_group 'new_group'
+}
+
+@test "a receive of another count than was sent: DR_EMISMATCH" {
+	mismatch p2p 'count=3' 'count=2'
+}
+
+@test "monitored barrier names every rank that did not arrive" {
+	ranks 5 monitored all
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: DR_ETIMEDOUT: Ranks 1, 3 failed to pass monitoredBarrier' <<<"$output"
+	# the ranks that did arrive fail with the same words
+	grep -q '^\[2\] rank 2: DR_ETIMEDOUT: Ranks 1, 3 failed to pass monitoredBarrier' <<<"$output"
+	grep -q '^\[4\] rank 4: DR_ETIMEDOUT: Ranks 1, 3 failed' <<<"$output"
+}
+
+@test "monitored barrier without wait_all_ranks names the first missing rank" {
+	ranks 4 monitored first
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: DR_ETIMEDOUT: Rank 1 failed to pass monitoredBarrier' <<<"$output"
+	! grep -q 'Ranks 1, 3' <<<"$output"
+}
+
+@test "64 ranks: barrier, all_reduce and all_gather" {
+	ranks 64 smoke
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 64
+}
+
+# 256 ranks on 2 cores takes a while: run with DISTRUN_SCALE=1 (make
+# test-scale).
+@test "256 ranks: barrier, all_reduce and all_gather" {
+	[ -n "${DISTRUN_SCALE:-}" ] || skip "set DISTRUN_SCALE=1 to run 256 ranks"
+	run "$DISTRUN" --timeout 300s -n 256 "$CTESTS/coll_more" smoke
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	every_rank_ok 256
+}
