@@ -199,13 +199,15 @@ static void check_timers(struct job *job)
 	}
 }
 
-/* Once every rank has exited, what is left (processes holding the pipes,
- * or reparented to us) is stopped like a rank. */
-static void check_leftovers(struct job *job)
+/* Once every rank has exited, what is left (processes still holding the
+ * pipes, or reparented to us) is stopped like a rank.  A rank's exit
+ * closes its pipes before we can reap it, so pipes still open after a
+ * poll that found nothing to read are held by its descendants. */
+static void check_leftovers(struct job *job, bool idle)
 {
 	if (job->nlive > 0 || job->stopping)
 		return;
-	if (job->nopen == 0 && !signal_children(job, 0))
+	if (job->nopen > 0 ? !idle : !signal_children(job, 0))
 		return;
 	job->stopping = true;
 	job->kill_at = now_mono() + job->o->grace;
@@ -216,6 +218,8 @@ static int poll_timeout(struct job *job)
 {
 	double t = now_mono(), until = -1;
 
+	if (job->nlive == 0 && !job->stopping)
+		return 0;   /* see check_leftovers() */
 	if (job->o->timeout > 0 && !job->stopping)
 		until = job->t0 + job->o->timeout;
 	else if (job->stopping && !job->killed)
@@ -255,7 +259,6 @@ int job_run(struct job *job)
 	for (;;) {
 		int np = 1, rc;
 
-		check_leftovers(job);
 		if (job->nlive == 0 && job->nopen == 0 && !signal_children(job, 0))
 			break;
 		if (job->killed && now_mono() > job->kill_at + AFTER_KILL_WAIT) {
@@ -299,6 +302,7 @@ int job_run(struct job *job)
 			job_stop(job, SIGTERM);
 		}
 		check_timers(job);
+		check_leftovers(job, rc == 0);
 	}
 	/* Whatever is still ours after giving up: no zombies. */
 	reap(job);
