@@ -213,8 +213,9 @@ static void cu_load(void)
 	cu.lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!cu.lib) {
 		const char *e = dlerror();
-		snprintf(cu.why, sizeof cu.why, "cannot load %s: %s", lib,
-			 e ? e : "unknown error");
+		/* dlerror names the library and the reason. */
+		snprintf(cu.why, sizeof cu.why, "cannot load the CUDA driver: %s",
+			 e ? e : lib);
 		goto fail;
 	}
 #define CU_XX_SYM(name, sym, args)                                            \

@@ -139,7 +139,8 @@ static int test_missing_library(void)
 	setenv("DISTRUN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
 	CHECK(!dr_cuda_available());
 	CHECKF(strstr(why_unavailable(),
-		      "CUDA not available: cannot load /nonexistent/libcuda.so.1"),
+		      "CUDA not available: cannot load the CUDA driver: "
+		      "/nonexistent/libcuda.so.1: "),
 	       "%s", why_unavailable());
 	return 0;
 }
