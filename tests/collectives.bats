@@ -21,58 +21,47 @@ every_rank_ok() {
 		echo "$output"; return 1; }
 }
 
+# passes N MODE...: coll_more MODE on N ranks exits 0, every rank ok.
+passes() {
+	ranks "$@"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank_ok "$1"
+}
+
 @test "every collective matches the reference on 1 rank" {
-	ranks 1 all
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 1
+	passes 1 all
 }
 
 @test "every collective matches the reference on 2 ranks" {
-	ranks 2 all
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 2
+	passes 2 all
 }
 
 @test "every collective matches the reference on 3 ranks" {
-	ranks 3 all
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 3
+	passes 3 all
 }
 
 @test "every collective matches the reference on 4 ranks" {
-	ranks 4 all
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 4
+	passes 4 all
 }
 
 @test "every collective matches the reference on 5 ranks, and on group {1,3,4}" {
-	ranks 5 all
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 5
+	passes 5 all
 }
 
 @test "every collective matches the reference on 8 ranks and its subgroups" {
-	ranks 8 all
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 8
+	passes 8 all
 }
 
 @test "a rank outside a group gets DR_ENOTMEMBER; bad arguments are named" {
-	ranks 3 nonmember
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 3
+	passes 3 nonmember
 }
 
 @test "point-to-point keeps order per (source, tag); any source names the sender" {
-	ranks 4 p2p
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 4
+	passes 4 p2p
 }
 
 @test "many asynchronous operations complete whatever the order of waits" {
-	ranks 3 async
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 3
+	passes 3 async
 }
 
 # mismatch CALL PATTERN...: the last of 3 ranks calls CALL differently; some
@@ -158,9 +147,7 @@ mismatch() {
 }
 
 @test "64 ranks: barrier, all_reduce and all_gather" {
-	ranks 64 smoke
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 64
+	passes 64 smoke
 }
 
 # 256 ranks on 2 cores takes a while: run with DISTRUN_SCALE=1 (make
