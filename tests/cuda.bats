@@ -1,0 +1,101 @@
+#!/usr/bin/env bats
+# CUDA in libdistrun, as a user sees it on a machine without a GPU (CI):
+# clear errors instead of crashes, host collectives unaffected, and the GPU
+# scripts skipping cleanly.  The device paths themselves need a GPU: they
+# are scripts/test-gpu's (`make test-gpu`); no device pointer can be made,
+# or faked, here.
+
+load common
+
+# True where libdistrun can use CUDA (then these tests skip: they are about
+# its absence).
+cuda_here() {
+	"$CTESTS/cuda_colls" --probe >/dev/null 2>&1
+}
+
+# A fake nvidia-smi that lists one GPU, first on PATH.
+fake_nvidia_smi() {
+	mkdir -p "$BATS_TEST_TMPDIR/bin"
+	printf '#!/bin/sh\necho "GPU 0: Fake GPU (UUID: GPU-0)"\n' \
+		>"$BATS_TEST_TMPDIR/bin/nvidia-smi"
+	chmod +x "$BATS_TEST_TMPDIR/bin/nvidia-smi"
+}
+
+@test "without CUDA the probe says why CUDA is not available" {
+	cuda_here && skip "CUDA is available here"
+	run "$CTESTS/cuda_colls" --probe
+	[ "$status" -eq 1 ]
+	[[ "$output" == "CUDA not available: "?* ]]
+}
+
+@test "DISTRUN_CUDA=0 turns CUDA off and the error names the variable" {
+	run env DISTRUN_CUDA=0 "$CTESTS/cuda_colls" --probe
+	[ "$status" -eq 1 ]
+	[ "$output" = "CUDA not available: disabled by DISTRUN_CUDA=0" ]
+}
+
+@test "a driver library that cannot be loaded is named in the error" {
+	run env DISTRUN_CUDA_LIB=/nonexistent/libcuda.so.1 "$CTESTS/cuda_colls" --probe
+	[ "$status" -eq 1 ]
+	[[ "$output" == "CUDA not available: cannot load the CUDA driver: /nonexistent/libcuda.so.1: "* ]]
+}
+
+@test "without CUDA, device_ids and device memory fail cleanly on every rank and host collectives still work" {
+	cuda_here && skip "CUDA is available here"
+	run "$DISTRUN" --timeout 60s -n 2 "$CTESTS/cuda_colls"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"[0] skip - rank 0: CUDA not available: "*"the no-CUDA paths behave"* ]]
+	[[ "$output" == *"[1] skip - rank 1: CUDA not available: "*"the no-CUDA paths behave"* ]]
+	[[ "$output" != *"not ok"* ]]
+}
+
+@test "scripts/test-gpu skips cleanly where there is no GPU" {
+	cuda_here && skip "CUDA is available here: test-gpu runs for real"
+	run env DISTRUN_BUILD="$B" "$SRCDIR/scripts/test-gpu"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"skip - no GPU here: CUDA not available: "* ]]
+	[ "${lines[${#lines[@]} - 1]}" = "0 passed, 0 failed (GPU tests skipped)" ]
+}
+
+@test "scripts/test-gpu fails when nvidia-smi sees a GPU that libdistrun cannot use" {
+	cuda_here && skip "CUDA is available here"
+	fake_nvidia_smi
+	run env PATH="$BATS_TEST_TMPDIR/bin:$PATH" DISTRUN_BUILD="$B" \
+		"$SRCDIR/scripts/test-gpu"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"not ok - nvidia-smi lists 1 GPU(s) but libdistrun cannot use CUDA"* ]]
+	[ "${lines[${#lines[@]} - 1]}" = "0 passed, 1 failed" ]
+}
+
+@test "scripts/bench-gpu skips cleanly where there is no GPU" {
+	cuda_here && skip "CUDA is available here"
+	run env DISTRUN_BUILD="$B" "$SRCDIR/scripts/bench-gpu"
+	[ "$status" -eq 0 ]
+	[[ "$output" == "skip - no GPU here: CUDA not available: "* ]]
+}
+
+@test "scripts/device-check runs each step under a limit, logs to OUT and sums up" {
+	cuda_here && skip "CUDA is available here"
+	out=$BATS_TEST_TMPDIR/out
+	run env OUT="$out" DISTRUN_BUILD="$B" DEVICE_CHECK_PYTHONS=true \
+		DEVICE_CHECK_STEPS="test-gpu bench-gpu no-such-step" \
+		"$SRCDIR/scripts/device-check"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"== environment"* ]]
+	[[ "$output" == *"libdistrun: CUDA not available: "* ]]
+	grep -q "skip - no GPU here" "$out/test-gpu.log"
+	grep -q "skip - no GPU here" "$out/bench-gpu.log"
+	grep -qx "test-gpu: passed in [0-9]*s; 0 passed, 0 failed (GPU tests skipped)" "$out/summary.log"
+	grep -q "^bench-gpu: passed" "$out/summary.log"
+	grep -qx "no-such-step: not present, skipped" "$out/summary.log"
+}
+
+@test "scripts/device-check reports a failing step" {
+	cuda_here && skip "CUDA is available here"
+	fake_nvidia_smi
+	out=$BATS_TEST_TMPDIR/out
+	run env PATH="$BATS_TEST_TMPDIR/bin:$PATH" OUT="$out" DISTRUN_BUILD="$B" \
+		DEVICE_CHECK_PYTHONS=true DEVICE_CHECK_STEPS="test-gpu" "$SRCDIR/scripts/device-check"
+	[ "$status" -eq 0 ]
+	grep -q "^test-gpu: FAILED (status 1) in [0-9]*s; 0 passed, 1 failed" "$out/summary.log"
+}
