@@ -1038,10 +1038,13 @@ static void on_payload_done(int i)
 	if (p->rx.kind == DRI_WIRE_ABORT) {
 		char *t = p->abort_text;
 		p->abort_text = NULL;
-		abort_locked((dr_err)p->rx.err > DR_OK &&
-			     (dr_err)p->rx.err < DR_ERR_COUNT_ ?
-			     (dr_err)p->rx.err : DR_EABORTED,
-			     "%s (reported by rank %d)", t ? t : "", i);
+		dr_err e = p->rx.err > DR_OK && p->rx.err < DR_ERR_COUNT_ ?
+			   (dr_err)p->rx.err : DR_EABORTED;
+		/* Name the rank that saw it first, once. */
+		if (t && strstr(t, " (reported by rank "))
+			abort_locked(e, "%s", t);
+		else
+			abort_locked(e, "%s (reported by rank %d)", t ? t : "", i);
 		free(t);
 		return;
 	}

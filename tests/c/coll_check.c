@@ -1,0 +1,465 @@
+/*
+ * coll_check.c - the runtime core's checks, run as every rank of a job:
+ * `distrun -n N build/tests/coll_check MODE [ARG]`.
+ *
+ *   all             barrier, all_reduce (every dtype x op, counts 0, 1, odd,
+ *                   around p, several MiB), broadcast from every root,
+ *                   blocking and asynchronous; every element checked
+ *   p2p             send/recv, irecv before isend on both sides, ANY_SOURCE
+ *   async-barrier   no rank returns from dr_work_wait before the slowest
+ *                   rank arrived (CLOCK_REALTIME is shared on one machine)
+ *   progress FILE   rank 0 starts an async all_reduce, then does "other
+ *                   work" (no library calls) until rank 1, which finished
+ *                   its blocking all_reduce, creates FILE
+ *   mismatch KIND   rank 1 differs: coll, count, dtype, op or root; every
+ *                   rank prints its error (expects DR_EMISMATCH)
+ *   die             the last rank dies without a word after a barrier; the
+ *                   others print the error their next collectives give
+ *   init            only dr_init_process_group; prints the error, if any
+ *
+ * Prints "rank R: ok" when all went well; on a wrong value prints the first
+ * bad element and exits 1.
+ */
+#include <distrun.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int rank, size;
+
+#define DIE(...)                                                             \
+	do {                                                                 \
+		fprintf(stderr, "rank %d: ", rank);                          \
+		fprintf(stderr, __VA_ARGS__);                                \
+		fputc('\n', stderr);                                         \
+		exit(1);                                                     \
+	} while (0)
+
+#define TRY(call)                                                            \
+	do {                                                                 \
+		dr_err e_ = (call);                                          \
+		if (e_)                                                      \
+			DIE("%s failed: %s: %s", #call, dr_err_name(e_),     \
+			    dr_last_error());                                \
+	} while (0)
+
+/* ---------------------------------------------- exact typed values */
+
+static int is_float(dr_dtype t)
+{
+	return t == DR_FLOAT16 || t == DR_BFLOAT16 || t == DR_FLOAT32 ||
+	       t == DR_FLOAT64;
+}
+
+/* Small integers only: these conversions are exact for them. */
+static uint16_t f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff;
+	if (!(x & 0x7fffffff))
+		return (uint16_t)sign;
+	return (uint16_t)(sign | ((e - 127 + 15) << 10) | ((x >> 13) & 0x3ff));
+}
+
+static float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f;
+	uint32_t x = (h & 0x7fff) ? sign | ((e - 15 + 127) << 23) |
+					    ((uint32_t)(h & 0x3ff) << 13)
+				  : sign;
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+static void put(void *buf, size_t i, dr_dtype t, int64_t v)
+{
+	float f = (float)v;
+	uint32_t x;
+
+	switch (t) {
+	case DR_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+	case DR_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+	case DR_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case DR_INT64: ((int64_t *)buf)[i] = v; break;
+	case DR_FLOAT16: ((uint16_t *)buf)[i] = f32_to_f16(f); break;
+	case DR_BFLOAT16:
+		memcpy(&x, &f, 4);
+		((uint16_t *)buf)[i] = (uint16_t)(x >> 16);
+		break;
+	case DR_FLOAT32: ((float *)buf)[i] = f; break;
+	case DR_FLOAT64: ((double *)buf)[i] = (double)v; break;
+	default: break;
+	}
+}
+
+static double get(const void *buf, size_t i, dr_dtype t)
+{
+	uint32_t x;
+	float f;
+
+	switch (t) {
+	case DR_INT8: return ((const int8_t *)buf)[i];
+	case DR_UINT8: return ((const uint8_t *)buf)[i];
+	case DR_INT32: return ((const int32_t *)buf)[i];
+	case DR_INT64: return (double)((const int64_t *)buf)[i];
+	case DR_FLOAT16: return f16_to_f32(((const uint16_t *)buf)[i]);
+	case DR_BFLOAT16:
+		x = (uint32_t)((const uint16_t *)buf)[i] << 16;
+		memcpy(&f, &x, 4);
+		return f;
+	case DR_FLOAT32: return ((const float *)buf)[i];
+	case DR_FLOAT64: return ((const double *)buf)[i];
+	default: return 0;
+	}
+}
+
+/* Rank r's element i for op: small integers whose reduction over up to 8
+ * ranks is exact in every dtype (int8 and bfloat16 included). */
+static int64_t val(dr_dtype t, dr_op op, int r, size_t i)
+{
+	int64_t k = (int64_t)(i % 1009);
+
+	switch (op) {
+	case DR_SUM: return (r + 2 * k) % 7;
+	case DR_AVG: return k % 5 + 2 * r; /* sum = n (k%5) + n (n-1) */
+	case DR_PRODUCT: return (r + k) % 4 == 0 ? 2 : 1;
+	case DR_MIN:
+	case DR_MAX:
+		return t == DR_UINT8 ? (r * 5 + k * 3) % 11
+				     : (r * 5 + k * 3) % 11 - 5;
+	default: return (r * 37 + k * 11) & 0x7f; /* bitwise */
+	}
+}
+
+static int64_t expect(dr_dtype t, dr_op op, size_t i)
+{
+	int64_t acc = val(t, op, 0, i);
+
+	for (int r = 1; r < size; r++) {
+		int64_t v = val(t, op, r, i);
+		switch (op) {
+		case DR_SUM: case DR_AVG: acc += v; break;
+		case DR_PRODUCT: acc *= v; break;
+		case DR_MIN: acc = v < acc ? v : acc; break;
+		case DR_MAX: acc = v > acc ? v : acc; break;
+		case DR_BAND: acc &= v; break;
+		case DR_BOR: acc |= v; break;
+		case DR_BXOR: acc ^= v; break;
+		default: break;
+		}
+	}
+	return op == DR_AVG ? acc / size : acc;
+}
+
+static void check_all_reduce(dr_dtype t, dr_op op, size_t count, int async)
+{
+	size_t es = dr_dtype_size(t);
+	void *buf = malloc(count * es + 1);
+	dr_work *w = NULL;
+
+	if (!buf)
+		DIE("out of memory");
+	for (size_t i = 0; i < count; i++)
+		put(buf, i, t, val(t, op, rank, i));
+	TRY(dr_all_reduce(count ? buf : NULL, count, t, op, NULL,
+			  async ? &w : NULL));
+	if (async) {
+		TRY(dr_work_wait(w));
+		if (!dr_work_is_completed(w))
+			DIE("work not completed after dr_work_wait");
+		dr_work_free(w);
+	}
+	for (size_t i = 0; i < count; i++) {
+		double got = get(buf, i, t), want = (double)expect(t, op, i);
+		if (got != want)
+			DIE("all_reduce(count=%zu, %s, %s%s) element %zu: got %g, "
+			    "want %g", count, dr_dtype_name(t), dr_op_name(op),
+			    async ? ", async" : "", i, got, want);
+	}
+	free(buf);
+}
+
+static void check_broadcast(dr_dtype t, size_t count, int root, int async)
+{
+	size_t es = dr_dtype_size(t);
+	void *buf = malloc(count * es + 1);
+	dr_work *w = NULL;
+
+	if (!buf)
+		DIE("out of memory");
+	for (size_t i = 0; i < count; i++)
+		put(buf, i, t, rank == root ? (int64_t)((i * 7 + (size_t)root) % 100)
+					    : -1);
+	TRY(dr_broadcast(buf, count, t, root, NULL, async ? &w : NULL));
+	if (async) {
+		TRY(dr_work_wait(w));
+		dr_work_free(w);
+	}
+	for (size_t i = 0; i < count; i++) {
+		double got = get(buf, i, t);
+		double want = (double)((i * 7 + (size_t)root) % 100);
+		if (got != want)
+			DIE("broadcast(count=%zu, %s, src=%d) element %zu: got %g, "
+			    "want %g", count, dr_dtype_name(t), root, i, got, want);
+	}
+	free(buf);
+}
+
+static void mode_all(void)
+{
+	size_t small[] = { 0, 1, 3, (size_t)size - 1, (size_t)size + 1, 17, 1000 };
+	size_t big = (3u << 20) / 4 + 3; /* several MiB as float32, odd */
+
+	for (int i = 0; i < 20; i++)
+		TRY(dr_barrier(NULL, NULL, NULL, 0));
+	for (int t = 0; t < DR_DTYPE_COUNT_; t++)
+		for (int op = 0; op < DR_OP_COUNT_; op++) {
+			if (op >= DR_BAND && is_float((dr_dtype)t))
+				continue;
+			for (size_t k = 0; k < sizeof(small) / sizeof(*small); k++)
+				check_all_reduce((dr_dtype)t, (dr_op)op, small[k], 0);
+		}
+	/* Large: the ring, with pieces and blocks of uneven size. */
+	check_all_reduce(DR_FLOAT32, DR_SUM, big, 0);
+	check_all_reduce(DR_INT32, DR_MAX, big, 0);
+	check_all_reduce(DR_BFLOAT16, DR_SUM, big, 0);
+	check_all_reduce(DR_FLOAT64, DR_AVG, big / 2, 0);
+	check_all_reduce(DR_UINT8, DR_BXOR, 5u << 20, 0);
+	check_all_reduce(DR_FLOAT32, DR_SUM, big, 1);
+	check_all_reduce(DR_INT64, DR_MIN, 1001, 1);
+	for (int root = 0; root < size; root++) {
+		check_broadcast(DR_FLOAT32, 0, root, 0);
+		check_broadcast(DR_INT8, 1, root, 0);
+		check_broadcast(DR_FLOAT64, 1001, root, 0);
+		check_broadcast(DR_FLOAT32, (size_t)(3u << 20) / 4 + 1, root, root % 2);
+	}
+	/* Async calls in a row, then blocking ones: the order holds. */
+	{
+		dr_work *w[3];
+		int32_t a = rank, b = rank;
+		TRY(dr_all_reduce(&a, 1, DR_INT32, DR_SUM, NULL, &w[0]));
+		TRY(dr_barrier(NULL, &w[1], NULL, 0));
+		TRY(dr_broadcast(&b, 1, DR_INT32, size - 1, NULL, &w[2]));
+		TRY(dr_barrier(NULL, NULL, NULL, 0));
+		for (int i = 0; i < 3; i++) {
+			TRY(dr_work_wait(w[i]));
+			dr_work_free(w[i]);
+		}
+		if (a != size * (size - 1) / 2 || b != size - 1)
+			DIE("async sequence: got %d and %d", (int)a, (int)b);
+	}
+}
+
+static void mode_p2p(void)
+{
+	int32_t x[4] = { rank, rank * 10, -rank, 7 }, y[4];
+	int src = -2;
+
+	if (size < 2)
+		return;
+	/* A ring: even ranks send first, odd receive first. */
+	int to = (rank + 1) % size, from = (rank + size - 1) % size;
+	if (rank % 2 == 0) {
+		TRY(dr_send(x, 4, DR_INT32, to, 5, NULL));
+		TRY(dr_recv(y, 4, DR_INT32, from, 5, NULL, &src));
+	} else {
+		TRY(dr_recv(y, 4, DR_INT32, from, 5, NULL, &src));
+		TRY(dr_send(x, 4, DR_INT32, to, 5, NULL));
+	}
+	if (src != from || y[0] != from || y[1] != from * 10 || y[3] != 7)
+		DIE("ring recv: src %d, y = %d %d %d %d", src, (int)y[0],
+		    (int)y[1], (int)y[2], (int)y[3]);
+	/* irecv before isend on both sides of a pair, two tags. */
+	if (rank < 2) {
+		int peer = 1 - rank;
+		int64_t big_s[1000], big_r[1000], t_s = rank, t_r = -1;
+		dr_work *w[4];
+		for (int i = 0; i < 1000; i++)
+			big_s[i] = i * (rank + 1);
+		TRY(dr_irecv(big_r, 1000, DR_INT64, peer, 1, NULL, &w[0]));
+		TRY(dr_irecv(&t_r, 1, DR_INT64, peer, 2, NULL, &w[1]));
+		/* Other tag first: matching is per tag. */
+		TRY(dr_isend(&t_s, 1, DR_INT64, peer, 2, NULL, &w[2]));
+		TRY(dr_isend(big_s, 1000, DR_INT64, peer, 1, NULL, &w[3]));
+		for (int i = 0; i < 4; i++)
+			TRY(dr_work_wait(w[i]));
+		if (dr_work_source(w[0]) != peer)
+			DIE("dr_work_source: %d", dr_work_source(w[0]));
+		for (int i = 0; i < 4; i++)
+			dr_work_free(w[i]);
+		if (t_r != peer)
+			DIE("tag 2: got %lld", (long long)t_r);
+		for (int i = 0; i < 1000; i++)
+			if (big_r[i] != i * (peer + 1))
+				DIE("tag 1 element %d: %lld", i, (long long)big_r[i]);
+	}
+	/* Everyone to rank 0 with DR_ANY_SOURCE. */
+	if (rank == 0) {
+		int seen = 0;
+		for (int i = 1; i < size; i++) {
+			int32_t v;
+			TRY(dr_recv(&v, 1, DR_INT32, DR_ANY_SOURCE, 9, NULL, &src));
+			if (v != src * 3 || src < 1 || src >= size || (seen >> src & 1))
+				DIE("any-source: %d from %d", (int)v, src);
+			seen |= 1 << src;
+		}
+	} else {
+		int32_t v = rank * 3;
+		TRY(dr_send(&v, 1, DR_INT32, 0, 9, NULL));
+	}
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+}
+
+static double now_real(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void mode_async_barrier(void)
+{
+	for (int round = 0; round < 3; round++) {
+		int slow = round % size;
+		dr_work *w;
+		double arrive, left, last;
+
+		if (rank == slow)
+			usleep(300000);
+		arrive = now_real();
+		TRY(dr_barrier(NULL, &w, NULL, 0));
+		TRY(dr_work_wait(w));
+		left = now_real();
+		dr_work_free(w);
+		last = arrive;
+		TRY(dr_all_reduce(&last, 1, DR_FLOAT64, DR_MAX, NULL, NULL));
+		if (left < last)
+			DIE("left the barrier at %.6f, before rank %d arrived at "
+			    "%.6f", left, slow, last);
+	}
+}
+
+static void mode_progress(const char *file)
+{
+	float v = 1;
+
+	if (!file)
+		DIE("progress needs a file name");
+	if (rank == 0) {
+		dr_work *w;
+		TRY(dr_all_reduce(&v, 1, DR_FLOAT32, DR_SUM, NULL, &w));
+		/* Other work: no library call until rank 1 is through. */
+		for (int i = 0; i < 600 && access(file, F_OK); i++)
+			usleep(100000);
+		if (access(file, F_OK))
+			DIE("rank 1 did not finish its all_reduce while rank 0 "
+			    "was busy");
+		TRY(dr_work_wait(w));
+		dr_work_free(w);
+	} else {
+		TRY(dr_all_reduce(&v, 1, DR_FLOAT32, DR_SUM, NULL, NULL));
+		if (rank == 1) {
+			FILE *f = fopen(file, "w");
+			if (f)
+				fclose(f);
+		}
+	}
+	if (v != size)
+		DIE("all_reduce gave %g", v);
+}
+
+static void report(const char *what, dr_err e)
+{
+	printf("rank %d: %s: %s: %s\n", rank, what, dr_err_name(e),
+	       e ? dr_last_error() : "");
+	fflush(stdout);
+}
+
+static void mode_mismatch(const char *kind)
+{
+	float buf[8] = { 0 };
+	dr_err e;
+
+	if (!kind)
+		DIE("mismatch needs a kind");
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	if (rank != 1)
+		e = !strcmp(kind, "coll") ? dr_barrier(NULL, NULL, NULL, 0)
+		  : !strcmp(kind, "root") ? dr_broadcast(buf, 8, DR_FLOAT32, 0, NULL, NULL)
+		  : dr_all_reduce(buf, 8, DR_FLOAT32, DR_SUM, NULL, NULL);
+	else if (!strcmp(kind, "coll"))
+		e = dr_all_reduce(buf, 4, DR_FLOAT32, DR_SUM, NULL, NULL);
+	else if (!strcmp(kind, "count"))
+		e = dr_all_reduce(buf, 7, DR_FLOAT32, DR_SUM, NULL, NULL);
+	else if (!strcmp(kind, "dtype"))
+		e = dr_all_reduce(buf, 8, DR_INT32, DR_SUM, NULL, NULL);
+	else if (!strcmp(kind, "op"))
+		e = dr_all_reduce(buf, 8, DR_FLOAT32, DR_MAX, NULL, NULL);
+	else if (!strcmp(kind, "root"))
+		e = dr_broadcast(buf, 8, DR_FLOAT32, 1, NULL, NULL);
+	else
+		DIE("unknown mismatch kind %s", kind);
+	report("first", e);
+	/* The group is aborted now: the next call fails at once.  (A root
+	 * that differs is seen only there: in a broadcast, neither rank that
+	 * takes itself for the root waits for anything.) */
+	dr_err next = dr_barrier(NULL, NULL, NULL, 0);
+	report("next", next);
+	dr_destroy_process_group();
+	exit(e == DR_EMISMATCH || (!e && next == DR_EMISMATCH) ? 0 : 3);
+}
+
+static void mode_die(void)
+{
+	float buf[1000] = { 0 };
+	dr_err e;
+
+	/* The first failure may come in this barrier already: a rank that
+	 * sees the dead peer first aborts the group at once. */
+	e = dr_barrier(NULL, NULL, NULL, 0);
+	if (rank == size - 1)
+		_exit(9); /* no goodbye */
+	if (!e)
+		e = dr_all_reduce(buf, 1000, DR_FLOAT32, DR_SUM, NULL, NULL);
+	report("all_reduce", e);
+	if (!e)
+		e = dr_barrier(NULL, NULL, NULL, 0), report("barrier", e);
+	exit(e == DR_EPEER || e == DR_EABORTED ? 0 : 3);
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "all";
+	dr_err e = dr_init_process_group(NULL, NULL);
+
+	if (!strcmp(mode, "init")) {
+		printf("init: %s: %s\n", dr_err_name(e), e ? dr_last_error() : "");
+		return e ? 1 : 0;
+	}
+	if (e)
+		DIE("init: %s: %s", dr_err_name(e), dr_last_error());
+	rank = dr_get_rank();
+	size = dr_get_world_size();
+	if (!strcmp(mode, "all"))
+		mode_all();
+	else if (!strcmp(mode, "p2p"))
+		mode_p2p();
+	else if (!strcmp(mode, "async-barrier"))
+		mode_async_barrier();
+	else if (!strcmp(mode, "progress"))
+		mode_progress(argc > 2 ? argv[2] : NULL);
+	else if (!strcmp(mode, "mismatch"))
+		mode_mismatch(argc > 2 ? argv[2] : NULL);
+	else if (!strcmp(mode, "die"))
+		mode_die();
+	else
+		DIE("unknown mode %s", mode);
+	TRY(dr_destroy_process_group());
+	printf("rank %d: ok\n", rank);
+	return 0;
+}
