@@ -467,10 +467,21 @@ static int cu_ptr_device_loaded(const void *p)
 	void *data[2] = { &memtype, &ordinal };
 
 	/* Unlike cuPointerGetAttribute, the plural form succeeds on memory
-	 * CUDA does not know (plain host memory), leaving memtype 0. */
-	if (cu.PointerGetAttributes(2, attrs, data, dptr(p)) !=
-	    CUDA_SUCCESS)
-		return -1;
+	 * CUDA does not know (plain host memory), leaving memtype 0.  It needs
+	 * no current context with unified addressing; should a driver want
+	 * one, ask again from device 0's primary context rather than take a
+	 * device pointer for a host one. */
+	if (cu.PointerGetAttributes(2, attrs, data, dptr(p)) != CUDA_SUCCESS) {
+		CUresult r = (CUresult)-1;
+		memtype = 0;
+		ordinal = -1;
+		if (cu_enter(0) == DR_OK) {
+			r = cu.PointerGetAttributes(2, attrs, data, dptr(p));
+			cu_leave();
+		}
+		if (r != CUDA_SUCCESS)
+			return -1;
+	}
 	if (memtype != CU_MEMORYTYPE_DEVICE || ordinal < 0 || ordinal >= cu.ndev)
 		return -1;
 	return ordinal;
