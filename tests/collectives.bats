@@ -150,11 +150,10 @@ mismatch() {
 	passes 64 smoke
 }
 
-# 256 ranks on 2 cores takes a while: run with DISTRUN_SCALE=1 (make
-# test-scale).
-@test "256 ranks: barrier, all_reduce and all_gather" {
-	[ -n "${DISTRUN_SCALE:-}" ] || skip "set DISTRUN_SCALE=1 to run 256 ranks"
-	run "$DISTRUN" --timeout 300s -n 256 "$CTESTS/coll_more" smoke
-	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	every_rank_ok 256
+# About 5 s here (2 cores): connections are made as the algorithms need
+# them, so no rank holds anything near 255 sockets.
+@test "256 ranks: barrier, all_reduce and all_gather, few sockets per rank" {
+	passes 256 smoke
+	fds=$(sed -n 's/.*rank 255: \([0-9]*\) file descriptors open.*/\1/p' <<<"$output")
+	[ -n "$fds" ] && [ "$fds" -lt 64 ]
 }
