@@ -753,7 +753,7 @@ static dr_err run_chunk(staging *g, size_t ck, int slot)
 		h.buf = p + (size_t)g->n * ck * g->esz;
 		break;
 	default:
-		h.sendbuf = NULL;
+		/* In place: sendbuf is the entry point's placeholder, kept. */
 		h.buf = p;
 		break;
 	}
@@ -856,9 +856,11 @@ static dr_err run_whole(staging *g, int64_t deadline)
 	}
 	if ((err = stager_reserve(s, g->device, sbytes + rbytes + 1, deadline)))
 		return err;
+	/* Parts a rank does not use still point at valid (pinned) memory, as
+	 * the entry points' placeholders do. */
 	h.device = -1;
-	h.sendbuf = sbytes ? s->pinned : NULL;
-	h.buf = rbytes ? s->pinned + sbytes : NULL;
+	h.sendbuf = s->pinned;
+	h.buf = s->pinned + sbytes;
 	if (sbytes && op->sendbuf)
 		r = cu.MemcpyAsync(dptr(s->pinned), dptr(op->sendbuf), sbytes, s->d2h);
 	if (r == CUDA_SUCCESS)
