@@ -56,10 +56,13 @@ int main(void)
 
 	/* Each process creates a tensor on its own device */
 	int64_t t[3] = { rank, rank + 1, rank + 2 };
+	void *dev_t = NULL; /* t on the device: .to(device) */
 	if (device >= 0) {
-		/* CUDA path (the CUDA part's): copy t to the device here and
-		 * queue work on it; the line below prints the host copy,
-		 * which holds the same values. */
+		check(dr_cuda_alloc(device, sizeof t, &dev_t), "cuda alloc");
+		check(dr_cuda_memcpy(dev_t, t, sizeof t), "copy to the device");
+		/* Print what is on the device, as torch does (it copies the
+		 * tensor back to print it). */
+		check(dr_cuda_memcpy(t, dev_t, sizeof t), "copy from the device");
 	}
 	char *s = check_str(tensor_str(t, 3, DR_INT64, device_name));
 	printf("Process %d on %s: tensor - %s\n", rank, device_name, s);
@@ -70,6 +73,7 @@ int main(void)
 	check(dr_barrier(NULL, NULL, device_ids, device >= 0 ? 1 : 0), "barrier");
 
 	printf("Process %d: all devices synchronized!\n", rank);
+	check(dr_cuda_free(dev_t), "cuda free");
 
 	check(dr_destroy_process_group(), "destroy_process_group");
 	return 0;
