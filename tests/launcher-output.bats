@@ -1,0 +1,132 @@
+#!/usr/bin/env bats
+# The launcher's output: labels, whole lines, colours, per-rank files.
+
+load common
+
+@test "each line carries its rank's label" {
+	run "$DISTRUN" -n 2 sh -c 'echo "hello from $RANK"; echo "bye from $RANK"'
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^\[0\] ' <<<"$output")" -eq 2 ]
+	grep -qx '\[1\] hello from 1' <<<"$output"
+	grep -qx '\[1\] bye from 1' <<<"$output"
+}
+
+@test "labels are padded to the widest rank" {
+	run "$DISTRUN" -n 12 sh -c 'echo x'
+	grep -qx '\[ 3\] x' <<<"$output"
+	grep -qx '\[11\] x' <<<"$output"
+}
+
+@test "stderr lines stay on stderr, stdout lines on stdout" {
+	"$DISTRUN" -n 2 sh -c 'echo out$RANK; echo err$RANK >&2' \
+		>"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err"
+	[ "$(sort "$BATS_TEST_TMPDIR/out")" = $'[0] out0\n[1] out1' ]
+	[ "$(sort "$BATS_TEST_TMPDIR/err")" = $'[0] err0\n[1] err1' ]
+}
+
+@test "a last line without newline is flushed, ended by a newline" {
+	run "$DISTRUN" -n 2 sh -c 'printf "partial $RANK"'
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = $'[0] partial 0\n[1] partial 1' ]
+}
+
+@test "a partial line is completed by what follows before it is shown" {
+	run "$DISTRUN" -n 1 sh -c 'printf "one "; sleep 0.2; printf "two\n"; printf "three"'
+	[ "$output" = $'[0] one two\n[0] three' ]
+}
+
+@test "a line of 1 MiB passes intact" {
+	"$DISTRUN" -n 2 --raw "$TESTDATA/spew" 1048576 1048576 >"$BATS_TEST_TMPDIR/out"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -eq 2 ]
+	[ "$(awk '{ print length($0) }' "$BATS_TEST_TMPDIR/out" | sort -u)" = 1048575 ]
+	"$DISTRUN" -n 2 "$TESTDATA/spew" 1048576 1048576 >"$BATS_TEST_TMPDIR/out"
+	[ "$(cut -c1-4 "$BATS_TEST_TMPDIR/out" | sort)" = $'[0] \n[1] ' ]
+	[ "$(awk '{ print length($0) }' "$BATS_TEST_TMPDIR/out" | sort -u)" = 1048579 ]
+}
+
+@test "lines from fast ranks are never torn or lost" {
+	# 4 ranks x 8 MB in 100-byte lines, numbered by spew.
+	"$DISTRUN" -n 4 "$TESTDATA/spew" 8388600 100 >"$BATS_TEST_TMPDIR/out"
+	for r in 0 1 2 3; do
+		grep "^\[$r\] " "$BATS_TEST_TMPDIR/out" >"$BATS_TEST_TMPDIR/r$r"
+		n=$(wc -l <"$BATS_TEST_TMPDIR/r$r")
+		[ "$n" -eq 83886 ]
+		# Every line whole (label + 99 bytes) and in order.
+		[ "$(awk '{ print length($0) }' "$BATS_TEST_TMPDIR/r$r" | sort -u)" = 103 ]
+		awk -v r=$r '{ if ($2 + 0 != NR - 1) { print "rank " r " line " NR ": " $2; exit 1 } }' "$BATS_TEST_TMPDIR/r$r"
+	done
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -eq $((4 * 83886)) ]
+}
+
+@test "--raw prints the lines without labels" {
+	run "$DISTRUN" -n 2 --raw sh -c 'echo "r$RANK"'
+	[ "$(sort <<<"$output")" = $'r0\nr1' ]
+}
+
+@test "--ranks shows only the listed ranks" {
+	run "$DISTRUN" -n 6 --ranks 0,2-3 sh -c 'echo "r$RANK"; echo "e$RANK" >&2'
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = "$(printf '[%d] %s\n' 0 e0 0 r0 2 e2 2 r2 3 e3 3 r3)" ]
+	run "$DISTRUN" -n 2 --ranks none sh -c 'echo "r$RANK"'
+	[ -z "$output" ]
+}
+
+@test "--ranks does not hide a failure or the summary" {
+	run "$DISTRUN" -n 3 --ranks 0 --grace 10s "$TESTDATA/exitcode" 4 1
+	[ "$status" -eq 4 ]
+	grep -q '^distrun: rank 1 exited with status 4' <<<"$output"
+}
+
+@test "--output-dir writes each rank's streams to its own files, exactly" {
+	d=$BATS_TEST_TMPDIR/logs
+	run "$DISTRUN" -n 3 --output-dir "$d" sh -c 'echo "out $RANK"; printf "err $RANK" >&2'
+	[ "$status" -eq 0 ]
+	for r in 0 1 2; do
+		[ "$(cat "$d/rank.$r.stdout")" = "out $r" ]
+		[ "$(cat "$d/rank.$r.stderr")" = "err $r" ]
+		[ "$(tail -c1 "$d/rank.$r.stderr")" = "$r" ]   # bytes as written
+	done
+	# The console still shows them, labelled.
+	grep -qx '\[2\] out 2' <<<"$output"
+	grep -qx '\[2\] err 2' <<<"$output"
+}
+
+@test "--output-dir with --ranks none keeps the console quiet" {
+	d=$BATS_TEST_TMPDIR/logs
+	run "$DISTRUN" -n 2 --ranks none --output-dir "$d" sh -c 'echo "out $RANK"'
+	[ -z "$output" ]
+	[ "$(cat "$d/rank.1.stdout")" = "out 1" ]
+}
+
+@test "--output-dir that cannot be made is a clear error" {
+	run "$DISTRUN" -n 1 --output-dir /proc/nonexistent/x true
+	[ "$status" -ne 0 ]
+	grep -q '^distrun: --output-dir /proc/nonexistent/x: ' <<<"$output"
+}
+
+@test "--timestamps prefixes each line with the seconds since the start" {
+	run "$DISTRUN" -n 2 --timestamps sh -c 'echo hi'
+	[ "$(grep -c '^\[[01]\] +[0-9]*\.[0-9][0-9][0-9] hi$' <<<"$output")" -eq 2 ]
+	run "$DISTRUN" -n 1 --raw --timestamps sh -c 'echo hi'
+	[[ "$output" =~ ^\+[0-9]+\.[0-9]{3}\ hi$ ]]
+}
+
+@test "no colour when piped; colour per rank on a terminal; NO_COLOR and --color" {
+	run "$DISTRUN" -n 2 sh -c 'echo x'
+	[[ "$output" != *$'\e['* ]]
+	# script(1) gives distrun a terminal.
+	out=$(script -qec "$DISTRUN -n 2 sh -c 'echo x'" /dev/null)
+	[[ "$out" == *$'\e[32m[0]\e[0m x'* ]]
+	[[ "$out" == *$'\e[33m[1]\e[0m x'* ]]
+	out=$(NO_COLOR=1 script -qec "$DISTRUN -n 2 sh -c 'echo x'" /dev/null)
+	[[ "$out" != *$'\e['* ]]
+	out=$(script -qec "$DISTRUN --color never -n 2 sh -c 'echo x'" /dev/null)
+	[[ "$out" != *$'\e['* ]]
+	run "$DISTRUN" --color always -n 1 sh -c 'echo x'
+	[ "$output" = $'\e[32m[0]\e[0m x' ]
+}
+
+@test "a closed stdout stops the job (exit 141), no rank left behind" {
+	run bash -c "'$DISTRUN' -n 2 --grace 10s '$TESTDATA/spew' 100000000000 | head -c 1000 >/dev/null; echo \${PIPESTATUS[0]}"
+	[ "${lines[-1]}" -eq 141 ]
+}
