@@ -569,9 +569,15 @@ static void abort_locked(dr_err err, const char *fmt, ...)
 		/* Only between frames: a half-written frame cannot be
 		 * followed by another. */
 		if (p->state == P_UP && !(p->shdr_ready && (p->shdr_done ||
-							    (p->sq_head && p->sq_head->done))))
+							    (p->sq_head && p->sq_head->done)))) {
 			send_frame_best_effort(p->fd, &h, tp.abort_msg);
-		close_peer(p);
+			/* Half-close and keep the fd until stop: closing with
+			 * unread data would send a reset, which can destroy
+			 * the frame before the peer reads it. */
+			shutdown(p->fd, SHUT_WR);
+		} else {
+			close_peer(p);
+		}
 		p->state = P_GONE;
 	}
 	for (int i = 0; i < tp.npend; i++)
@@ -646,6 +652,7 @@ static void hs_encode(unsigned char *b)
 }
 
 static void flush_peer(int i);
+static void on_readable(int i);
 
 static void peer_up(int i, int fd)
 {
@@ -833,7 +840,12 @@ static void flush_peer(int i)
 					continue;
 				if (errno == EAGAIN || errno == EWOULDBLOCK)
 					return;
-				peer_lost(i, strerror(errno));
+				/* The peer may have said why before it went:
+				 * an ABORT frame waiting to be read names the
+				 * real cause. */
+				const char *why = strerror(errno);
+				on_readable(i);
+				peer_lost(i, why);
 				return;
 			}
 			size_t h = DRI_WIRE_HDR - p->shdr_done;
@@ -1170,7 +1182,7 @@ static void poll_once(int wait_ms)
 	for (int i = 0; i < tp.size; i++) {
 		struct peer *p = &tp.peers[i];
 		short ev;
-		if (p->fd < 0)
+		if (p->fd < 0 || p->state == P_GONE)
 			continue;
 		if (p->state == P_CONNECTING)
 			ev = POLLOUT;

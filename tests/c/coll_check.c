@@ -15,18 +15,26 @@
  *                   rank prints its error (expects DR_EMISMATCH)
  *   die             the last rank dies without a word after a barrier; the
  *                   others print the error their next collectives give
+ *   stranger        rank 0 connects to rank 1's listening socket as a
+ *                   stranger would (junk, then a wrong job id) and checks
+ *                   that rank 1 drops both; then the job goes on
  *   init            only dr_init_process_group; prints the error, if any
  *
  * Prints "rank R: ok" when all went well; on a wrong value prints the first
  * bad element and exits 1.
  */
 #include <distrun.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "dri.h" /* stranger: the store, to find a rank's address */
 
 static int rank, size;
 
@@ -387,8 +395,12 @@ static void mode_mismatch(const char *kind)
 
 	if (!kind)
 		DIE("mismatch needs a kind");
-	TRY(dr_barrier(NULL, NULL, NULL, 0));
-	if (rank != 1)
+	/* Rank 1 may see the mismatch and abort while a peer is still in
+	 * this barrier: that peer then reports it here. */
+	e = dr_barrier(NULL, NULL, NULL, 0);
+	if (e)
+		;
+	else if (rank != 1)
 		e = !strcmp(kind, "coll") ? dr_barrier(NULL, NULL, NULL, 0)
 		  : !strcmp(kind, "root") ? dr_broadcast(buf, 8, DR_FLOAT32, 0, NULL, NULL)
 		  : dr_all_reduce(buf, 8, DR_FLOAT32, DR_SUM, NULL, NULL);
@@ -432,6 +444,52 @@ static void mode_die(void)
 	exit(e == DR_EPEER || e == DR_EABORTED ? 0 : 3);
 }
 
+/* Connects to "host:port", writes len bytes, returns 1 if the other end
+ * then closes the connection within 20 s. */
+static int dropped_after(const char *addr, const void *junk, size_t len)
+{
+	char host[128];
+	const char *colon = strrchr(addr, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	char c;
+	int fd, closed = 0;
+
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		DIE("cannot resolve %s", addr);
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen))
+		DIE("cannot connect to %s", addr);
+	freeaddrinfo(ai);
+	if (write(fd, junk, len) != (ssize_t)len)
+		DIE("write to %s", addr);
+	for (int i = 0; i < 200 && !closed; i++) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, 100) > 0)
+			closed = recv(fd, &c, 1, 0) <= 0;
+	}
+	close(fd);
+	return closed;
+}
+
+static void mode_stranger(void)
+{
+	if (rank == 0 && size > 1) {
+		void *addr;
+		size_t len;
+		unsigned char hs[32] = { 'D', 'R', 'H', 'S', 1, 0 };
+		TRY(dri_store_get(dri_world_store(), "addr/1", &addr, &len, 10000));
+		if (!dropped_after(addr, "GET / HTTP/1.0\r\n\r\n junk junk junk", 32))
+			DIE("rank 1 kept a connection that sent junk");
+		hs[8] = 1; /* rank 1... */
+		hs[12] = (unsigned char)size; /* right size, but job id zeros */
+		if (!dropped_after(addr, hs, sizeof(hs)))
+			DIE("rank 1 kept a connection with a wrong job id");
+		free(addr);
+	}
+	mode_all();
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "all";
@@ -457,6 +515,8 @@ int main(int argc, char **argv)
 		mode_mismatch(argc > 2 ? argv[2] : NULL);
 	else if (!strcmp(mode, "die"))
 		mode_die();
+	else if (!strcmp(mode, "stranger"))
+		mode_stranger();
 	else
 		DIE("unknown mode %s", mode);
 	TRY(dr_destroy_process_group());
