@@ -935,8 +935,9 @@ dr_err dri_cuda_run_staged(dri_op *op)
 	g.esz = dr_dtype_size(op->dtype);
 	g.n = grp->size;
 	g.r = grp->rank;
+	/* The world's ranks table is NULL: the identity. */
 	g.is_root = grp->rank >= 0 && op->root >= 0 &&
-		grp->ranks[grp->rank] == op->root;
+		(grp->ranks ? grp->ranks[grp->rank] : grp->rank) == op->root;
 	if (!g.esz)
 		return dri_fail(DR_EINVAL, "invalid dtype %d", (int)op->dtype);
 	if (g.n <= 0 || g.r < 0)

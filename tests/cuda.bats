@@ -1,11 +1,21 @@
 #!/usr/bin/env bats
 # CUDA in libdistrun, as a user sees it on a machine without a GPU (CI):
 # clear errors instead of crashes, host collectives unaffected, and the GPU
-# scripts skipping cleanly.  The device paths themselves need a GPU: they
-# are scripts/test-gpu's (`make test-gpu`); no device pointer can be made,
-# or faked, here.
+# scripts skipping cleanly; and the staging of device buffers run against a
+# fake driver.  What needs a real GPU (kernels, streams that really run
+# concurrently, the copy engines) is scripts/test-gpu's (`make test-gpu`).
 
 load common
+
+# testdata/fake_libcuda.c: a strict stand-in for the driver (device memory
+# the host cannot touch, copies that happen only when waited for), which
+# lets the staging code run here.
+setup_file() {
+	FAKE_CUDA=$BATS_FILE_TMPDIR/libfakecuda.so
+	export FAKE_CUDA
+	"${CC:-cc}" -std=c11 -D_GNU_SOURCE -O1 -shared -fPIC -o "$FAKE_CUDA" \
+		"$BATS_TEST_DIRNAME/../testdata/fake_libcuda.c" -lpthread
+}
 
 # True where libdistrun can use CUDA (then these tests skip: they are about
 # its absence).
@@ -98,4 +108,29 @@ fake_nvidia_smi() {
 		DEVICE_CHECK_PYTHONS=true DEVICE_CHECK_STEPS="test-gpu" "$SRCDIR/scripts/device-check"
 	[ "$status" -eq 0 ]
 	grep -q "^test-gpu: FAILED (status 1) in [0-9]*s; 0 passed, 1 failed" "$out/summary.log"
+}
+
+@test "on a strict fake driver every collective on device buffers matches host buffers, n=2" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 120s -n 2 "$CTESTS/cuda_colls"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"[0] rank 0: 56 passed, 0 failed"* ]]
+	[[ "$output" == *"[1] rank 1: 56 passed, 0 failed"* ]]
+}
+
+@test "on a strict fake driver, cut in many chunks, n=3, they still match" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" DISTRUN_CUDA_CHUNK=65536 \
+		"$DISTRUN" --timeout 120s -n 3 "$CTESTS/cuda_colls"
+	[ "$status" -eq 0 ]
+	for r in 0 1 2; do
+		[[ "$output" == *"[$r] rank $r: 56 passed, 0 failed"* ]]
+	done
+}
+
+@test "example 4 on the fake driver puts the tensor on cuda and prints it as torch does" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --raw --timeout 60s -n 2 \
+		"$EXAMPLES/04_cuda_barrier"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"Process 0 on cuda:0: tensor - tensor([0, 1, 2], device='cuda:0')"* ]]
+	[[ "$output" == *"Process 1 on cuda:0: tensor - tensor([1, 2, 3], device='cuda:0')"* ]]
+	[[ "$output" == *"Process 1: all devices synchronized!"* ]]
 }

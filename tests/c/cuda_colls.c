@@ -14,6 +14,9 @@
  * including the buffer a rank must leave untouched (reduce on a rank that
  * is not the root).
  *
+ * Then barrier(device_ids), blocking and asynchronous, and the refusals of
+ * mixed host/device buffers and of a device that does not exist.
+ *
  * Without CUDA it checks instead that CUDA requests fail cleanly
  * (DR_ENOCUDA, "CUDA not available: ...") while host collectives work,
  * prints "skip - ..." and exits 0.  `cuda_colls --probe` only reports
@@ -210,6 +213,33 @@ static void test_mixed(void)
 	dr_cuda_free(d);
 }
 
+/* barrier(device_ids): blocking and asynchronous; a device that does not
+ * exist is refused on every rank alike (last: the call fails). */
+static void test_barrier_devices(void)
+{
+	dr_work *w = NULL;
+	int bad = dr_cuda_device_count();
+	dr_err err = dr_barrier(NULL, NULL, &dev, 1);
+	if (err)
+		fail("barrier(device_ids)", dr_last_error());
+	else
+		passed++;
+	err = dr_barrier(NULL, &w, &dev, 1);
+	if (!err)
+		err = dr_work_wait(w);
+	dr_work_free(w);
+	if (err)
+		fail("async barrier(device_ids)", dr_last_error());
+	else
+		passed++;
+	err = dr_barrier(NULL, NULL, &bad, 1);
+	if (err == DR_EINVAL && strstr(dr_last_error(), "out of range"))
+		passed++;
+	else
+		fail("barrier(device_ids) with a device out of range",
+		     err ? dr_last_error() : "accepted");
+}
+
 /* Without CUDA: every CUDA request fails with DR_ENOCUDA and a reason. */
 static int no_cuda_checks(void)
 {
@@ -290,6 +320,7 @@ int main(int argc, char **argv)
 		test_case(A2AV, count, DR_INT32, DR_SUM, 0);
 	}
 	test_mixed();
+	test_barrier_devices();
 	dr_destroy_process_group();
 	printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
 	return failed ? 1 : 0;
