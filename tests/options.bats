@@ -1,0 +1,66 @@
+#!/usr/bin/env bats
+# Options are defined once (cmd/options.c): --help and man/distrun.1 must
+# name the same ones.
+
+load common
+
+# Long and short options in a text, one per line, sorted.
+long_opts() { grep -o -- '--[a-z][a-z_-]*' | sort -u; }
+short_opts() { grep -oE -- '(^|[ ,])-[a-zA-Z]\b' | tr -d ' ,' | sort -u; }
+
+# The OPTIONS section of the man page, as plain text.
+man_options() {
+	sed -n '/^\.SH OPTIONS/,/^\.SH /p' "$SRCDIR/man/distrun.1" | sed 's/\\-/-/g; s/\\f[BIRP]//g'
+}
+
+help_options() {
+	"$DISTRUN" --help | sed -n '/^Options:/,/^$/p'
+}
+
+@test "--help and the man page list the same long options" {
+	diff <(help_options | long_opts) <(man_options | grep '^\.[TB]\|^\.BR\|^\.BI' | long_opts)
+}
+
+@test "--help and the man page list the same short options" {
+	diff <(help_options | short_opts) <(man_options | grep '^\.BR' | short_opts)
+}
+
+@test "every option the man page mentions anywhere exists" {
+	for opt in $(sed 's/\\-/-/g' "$SRCDIR/man/distrun.1" | long_opts); do
+		help_options | grep -q -- "$opt\b" || { echo "man page names $opt"; false; }
+	done
+}
+
+@test "every option in --help is accepted" {
+	for opt in $(help_options | long_opts); do
+		case $opt in
+		--help|--version) run "$DISTRUN" "$opt" ;;
+		--nproc*) run "$DISTRUN" "$opt" 1 true ;;
+		--master-port|--master_port) run "$DISTRUN" "$opt" 29500 true ;;
+		--ranks) run "$DISTRUN" "$opt" 0 true ;;
+		--output-dir) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/o" true ;;
+		--color) run "$DISTRUN" "$opt" never true ;;
+		--timeout|--grace) run "$DISTRUN" "$opt" 5s true ;;
+		--report) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
+		--master-addr|--master_addr) run "$DISTRUN" "$opt" 127.0.0.1 true ;;
+		*) run "$DISTRUN" "$opt" true ;;
+		esac
+		[ "$status" -eq 0 ] || { echo "$opt: $output"; false; }
+	done
+}
+
+@test "the man page documents every exit status distrun uses" {
+	for st in 0 124 126 127 2 1; do
+		man_status=$(sed -n '/^\.SH "EXIT STATUS"/,/^\.SH /p' "$SRCDIR/man/distrun.1")
+		grep -qx "\.B $st" <<<"$man_status" || { echo "exit status $st"; false; }
+	done
+}
+
+@test "the man page documents every variable the ranks get" {
+	names() { grep -o '^[A-Z_][A-Z0-9_]*=' | tr -d = | sort -u; }
+	added=$(comm -13 <(env | names) <("$DISTRUN" -n 1 --raw env | names))
+	[ "$(wc -w <<<"$added")" -ge 15 ]
+	for v in $added; do
+		grep -q "$v" "$SRCDIR/man/distrun.1" || { echo "undocumented: $v"; false; }
+	done
+}
