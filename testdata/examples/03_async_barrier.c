@@ -7,6 +7,10 @@
  *
  *   distrun -n 4 build/examples/03_async_barrier
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* nanosleep, also under plain -std=c11 */
+#endif
+
 #include <stdio.h>
 #include <time.h>
 

@@ -191,19 +191,49 @@ static inline void tensor_format_elem(const struct tensor_formatter *f,
 	snprintf(buf, size, "%*s", f->max_width, s);
 }
 
-/* Appends the suffixes the way _add_suffixes does: on the same line while
- * it stays within the line width, else on a new indented line. */
-static inline void tensor_add_suffix(FILE *out, size_t *last_line_len,
+/* A growing string: plain C11, no open_memstream, so the header builds
+ * with -std=c11 and nothing else defined. */
+struct tensor_buf {
+	char *s;
+	size_t len, cap;
+	int failed;
+};
+
+static inline void tensor_puts(struct tensor_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	if (b->failed)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 128;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->s, cap);
+		if (!p) {
+			b->failed = 1;
+			return;
+		}
+		b->s = p;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->len, s, n + 1);
+	b->len += n;
+}
+
+/* Appends a suffix the way _add_suffixes does: on the same line while it
+ * stays within the line width, else on a new indented line. */
+static inline void tensor_add_suffix(struct tensor_buf *b, size_t *last_line_len,
 				     const char *suffix)
 {
 	size_t len = strlen(suffix);
 	if (*last_line_len + len + 2 > TENSOR_PRINT_LINEWIDTH) {
-		fprintf(out, ",\n       %s", suffix);
+		tensor_puts(b, ",\n       ");
 		*last_line_len = 7 + len;
 	} else {
-		fprintf(out, ", %s", suffix);
+		tensor_puts(b, ", ");
 		*last_line_len += len + 2;
 	}
+	tensor_puts(b, suffix);
 }
 
 /* torch's repr of the 1-D tensor of n elements of dtype at data, e.g.
@@ -216,14 +246,9 @@ static inline char *tensor_str(const void *data, size_t n, dr_dtype dtype,
 	if ((unsigned)dtype >= DR_DTYPE_COUNT_)
 		return NULL;
 
-	char *str = NULL;
-	size_t str_len = 0;
-	FILE *out = open_memstream(&str, &str_len);
-	if (!out)
-		return NULL;
-
-	fputs("tensor([", out);
-	size_t line_start = 0; /* offset of the current line in the output */
+	struct tensor_buf b = { NULL, 0, 0, 0 };
+	tensor_puts(&b, "tensor([");
+	size_t line_start = 0; /* offset of the last newline, 0 if none */
 	if (n > 0) {
 		int summarize = n > TENSOR_PRINT_THRESHOLD;
 		struct tensor_formatter f;
@@ -236,44 +261,42 @@ static inline char *tensor_str(const void *data, size_t n, dr_dtype dtype,
 		char elem[80];
 		for (size_t k = 0; k < shown; k++) {
 			if (k > 0 && k % (size_t)per_line == 0) {
-				fputs(",\n", out);
-				fflush(out);
-				line_start = str_len - 1;
-				fputs("        ", out);
+				tensor_puts(&b, ",\n");
+				line_start = b.len - 1;
+				tensor_puts(&b, "        ");
 			} else if (k > 0) {
-				fputs(", ", out);
+				tensor_puts(&b, ", ");
 			}
 			if (summarize && k == TENSOR_PRINT_EDGEITEMS) {
-				fputs(" ...", out);
+				tensor_puts(&b, " ...");
 				continue;
 			}
 			size_t i = summarize && k > TENSOR_PRINT_EDGEITEMS
 					   ? n - (shown - k) : k;
 			tensor_format_elem(&f, elem, sizeof elem, data, i, dtype);
-			fputs(elem, out);
+			tensor_puts(&b, elem);
 		}
 	}
-	fputc(']', out);
-	fflush(out);
+	tensor_puts(&b, "]");
 
 	/* torch computes the last line's length as len - rfind("\n") + 1 */
-	size_t last_line_len = line_start ? str_len - line_start + 1 : str_len + 2;
+	size_t last_line_len = line_start ? b.len - line_start + 1 : b.len + 2;
 	if (device && strcmp(device, "cpu")) {
 		char suffix[96];
 		snprintf(suffix, sizeof suffix, "device='%s'", device);
-		tensor_add_suffix(out, &last_line_len, suffix);
+		tensor_add_suffix(&b, &last_line_len, suffix);
 	}
 	if (dtype != DR_FLOAT32 && (dtype != DR_INT64 || n == 0)) {
 		char suffix[64];
 		snprintf(suffix, sizeof suffix, "dtype=torch.%s", dr_dtype_name(dtype));
-		tensor_add_suffix(out, &last_line_len, suffix);
+		tensor_add_suffix(&b, &last_line_len, suffix);
 	}
-	fputc(')', out);
-	if (fclose(out)) {
-		free(str);
+	tensor_puts(&b, ")");
+	if (b.failed) {
+		free(b.s);
 		return NULL;
 	}
-	return str;
+	return b.s;
 }
 
 #endif /* TENSOR_PRINT_H */

@@ -29,6 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* c10::pi<double>; M_PI is not C11 */
+#define TORCH_PI 3.14159265358979323846
+
 #define TORCH_MT_N 624
 #define TORCH_MT_M 397
 
@@ -104,7 +107,7 @@ static inline double torch_normal_double(torch_generator *g)
 	double u1 = torch_uniform_double(g);
 	double u2 = torch_uniform_double(g);
 	double r = sqrt(-2.0 * log(1.0 - u2));
-	double theta = 2.0 * M_PI * u1;
+	double theta = 2.0 * TORCH_PI * u1;
 	g->next_normal = r * sin(theta);
 	g->have_normal = 1;
 	return r * cos(theta);
@@ -192,7 +195,7 @@ static inline void torch_mathfun_sincos(float x, float *s, float *c)
  * j + 8 (normal_fill_16_AVX2). */
 static inline void torch_normal_fill_16(float *data)
 {
-	const float two_pi = (float)(2.0f * M_PI);
+	const float two_pi = (float)(2.0f * TORCH_PI);
 	for (int j = 0; j < 8; j++) {
 		float u1 = 1.0f - data[j]; /* [0, 1) -> (0, 1] for log */
 		float u2 = data[j + 8];
