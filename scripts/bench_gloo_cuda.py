@@ -4,6 +4,7 @@
 #   distrun --raw -n 4 python3 scripts/bench_gloo_cuda.py [MAXBYTES [MINBYTES]]
 # One timed call: barrier, start clock, all_reduce, torch.cuda.synchronize(),
 # stop clock; a call's time is the slowest rank's; rank 0 prints the median.
+# BENCH_DEVICE=cpu: a dry run on CPU tensors (to test this script).
 import os, statistics, sys, time
 
 import torch
@@ -13,14 +14,18 @@ maxb = int(sys.argv[1], 0) if len(sys.argv) > 1 else 64 << 20
 minb = int(sys.argv[2], 0) if len(sys.argv) > 2 else 4
 dist.init_process_group(backend="gloo", init_method="env://")
 rank, n = dist.get_rank(), dist.get_world_size()
-if not torch.cuda.is_available():
+if os.environ.get("BENCH_DEVICE") == "cpu":  # a dry run of this script
+    dev = torch.device("cpu")
+    torch.cuda.synchronize = lambda: None
+elif not torch.cuda.is_available():
     if rank == 0:
         print("skip - torch sees no CUDA device", flush=True)
     dist.destroy_process_group()
     sys.exit(0)
-local = int(os.environ.get("LOCAL_RANK", rank))
-dev = torch.device(f"cuda:{local % torch.cuda.device_count()}")
-torch.cuda.set_device(dev)
+else:
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    dev = torch.device(f"cuda:{local % torch.cuda.device_count()}")
+    torch.cuda.set_device(dev)
 
 
 def iterations(b):
@@ -44,7 +49,7 @@ while b <= maxb:
     dist.all_reduce(tt, op=dist.ReduceOp.MAX)
     med = statistics.median(tt.tolist())
     if rank == 0:
-        print(f"op=allreduce impl=gloo-cuda n={n} bytes={b} median_us={med * 1e6:.2f} "
+        print(f"op=allreduce impl=gloo-{dev.type} n={n} bytes={b} median_us={med * 1e6:.2f} "
               f"busbw_GBps={b / med / 1e9 * 2 * (n - 1) / n:.3f}", flush=True)
     b *= 16
 dist.destroy_process_group()
