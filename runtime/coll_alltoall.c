@@ -42,7 +42,7 @@ static dr_err all_to_all_run(dri_op *op)
 	/* In place: the pieces we receive would overwrite ones not yet sent. */
 	if ((uintptr_t)out < (uintptr_t)in + soff[p] * es &&
 	    (uintptr_t)in < (uintptr_t)out + roff[p] * es) {
-		in = copy = dri_scratch(soff[p] * es);
+		in = copy = dri_scratch_get(soff[p] * es);
 		if (!copy)
 			goto out;
 		memcpy(copy, op->sendbuf, soff[p] * es);
@@ -75,7 +75,7 @@ static dr_err all_to_all_run(dri_op *op)
 		err = dri_coll_wait(reqs, n, err);
 	}
 out:
-	free(copy);
+	dri_scratch_put(copy);
 	free(soff);
 	return err;
 }

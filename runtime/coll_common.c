@@ -6,6 +6,8 @@
  * bad call fails on the calling rank alone with a message naming the call
  * and the argument, and its peers never see a half-started collective.
  */
+#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,4 +159,90 @@ dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather)
 			gather ? op->sendbuf : all + (size_t)r * blk, blk);
 	free(reqs);
 	return err;
+}
+
+/* A cached block: its capacity lives in a header in front of the data,
+ * padded so that the data keeps malloc's alignment. */
+union scratch_hdr {
+	struct {
+		size_t cap;
+		union scratch_hdr *next;
+	} h;
+	max_align_t align;
+};
+
+#define SCRATCH_KEEP 8 /* blocks */
+
+static pthread_mutex_t scratch_mu = PTHREAD_MUTEX_INITIALIZER;
+static union scratch_hdr *scratch_free;
+static size_t scratch_bytes;
+static int scratch_n;
+
+void *dri_scratch_get(size_t n)
+{
+	union scratch_hdr **pp, **best = NULL, *b;
+
+	pthread_mutex_lock(&scratch_mu);
+	/* Best fit, and not a block much larger than asked: a small call must
+	 * not take the block the next large one needs. */
+	for (pp = &scratch_free; *pp; pp = &(*pp)->h.next)
+		if ((*pp)->h.cap >= n && (*pp)->h.cap / 2 <= n + (32 << 10) &&
+		    (!best || (*pp)->h.cap < (*best)->h.cap))
+			best = pp;
+	if (best) {
+		b = *best;
+		*best = b->h.next;
+		scratch_bytes -= b->h.cap;
+		scratch_n--;
+		pthread_mutex_unlock(&scratch_mu);
+		return b + 1;
+	}
+	pthread_mutex_unlock(&scratch_mu);
+	if (n > SIZE_MAX - sizeof(*b)) {
+		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
+		return NULL;
+	}
+	b = malloc(sizeof(*b) + n);
+	if (!b) {
+		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
+		return NULL;
+	}
+	b->h.cap = n;
+	return b + 1;
+}
+
+void dri_scratch_put(void *p)
+{
+	union scratch_hdr *b = p ? (union scratch_hdr *)p - 1 : NULL;
+
+	if (!b)
+		return;
+	pthread_mutex_lock(&scratch_mu);
+	/* Keep it unless that would pass the limits; then drop the smallest
+	 * blocks first, since the large ones are the costly ones to fault
+	 * in again. */
+	while (scratch_free && (scratch_n >= SCRATCH_KEEP ||
+				scratch_bytes + b->h.cap > DRI_SCRATCH_CACHE)) {
+		union scratch_hdr **pp, **min = &scratch_free, *victim;
+		for (pp = &scratch_free; *pp; pp = &(*pp)->h.next)
+			if ((*pp)->h.cap < (*min)->h.cap)
+				min = pp;
+		if ((*min)->h.cap > b->h.cap)
+			break;
+		victim = *min;
+		*min = victim->h.next;
+		scratch_bytes -= victim->h.cap;
+		scratch_n--;
+		free(victim);
+	}
+	if (scratch_n < SCRATCH_KEEP &&
+	    scratch_bytes + b->h.cap <= DRI_SCRATCH_CACHE) {
+		b->h.next = scratch_free;
+		scratch_free = b;
+		scratch_bytes += b->h.cap;
+		scratch_n++;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&scratch_mu);
+	free(b);
 }

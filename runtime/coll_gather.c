@@ -38,7 +38,7 @@ static dr_err all_gather_bruck(const dri_op *op, char *out, size_t blk)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
-	char *tmp = dri_scratch((size_t)p * blk);
+	char *tmp = dri_scratch_get((size_t)p * blk);
 	dr_err err = DR_ENOMEM;
 
 	if (!tmp)
@@ -58,7 +58,7 @@ static dr_err all_gather_bruck(const dri_op *op, char *out, size_t blk)
 	memcpy(out, tmp + (size_t)(p - r) * blk, (size_t)r * blk);
 	err = DR_OK;
 out:
-	free(tmp);
+	dri_scratch_put(tmp);
 	return err;
 }
 
@@ -111,7 +111,7 @@ static dr_err gather_tree(const dri_op *op, int root, size_t blk)
 		return dri_send(&op->id,
 				dri_peer(g, dri_mod(dri_binom_parent(vr) + root, p)),
 				op->sendbuf, blk);
-	tmp = dri_scratch((size_t)span * blk);
+	tmp = dri_scratch_get((size_t)span * blk);
 	if (!tmp)
 		return DR_ENOMEM;
 	memcpy(tmp, op->sendbuf, blk);
@@ -134,7 +134,7 @@ static dr_err gather_tree(const dri_op *op, int root, size_t blk)
 	memcpy((char *)op->buf + (size_t)root * blk, tmp, (size_t)(p - root) * blk);
 	memcpy(op->buf, tmp + (size_t)(p - root) * blk, (size_t)root * blk);
 out:
-	free(tmp);
+	dri_scratch_put(tmp);
 	return err;
 }
 

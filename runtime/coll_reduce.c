@@ -20,8 +20,8 @@ static dr_err reduce_tree(const dri_op *op, int root)
 	const dr_group *g = op->group;
 	int p = g->size, vr = dri_mod(g->rank - root, p);
 	size_t es = dr_dtype_size(op->dtype), n = op->count * es;
-	char *acc = vr ? dri_scratch(n) : op->buf;
-	char *tmp = dri_scratch(n);
+	char *acc = vr ? dri_scratch_get(n) : op->buf;
+	char *tmp = dri_scratch_get(n);
 	dr_err err = DR_ENOMEM;
 
 	if (!acc || !tmp)
@@ -47,8 +47,8 @@ static dr_err reduce_tree(const dri_op *op, int root)
 	err = DR_OK;
 out:
 	if (vr)
-		free(acc);
-	free(tmp);
+		dri_scratch_put(acc);
+	dri_scratch_put(tmp);
 	return err;
 }
 
@@ -67,7 +67,7 @@ static dr_err reduce_large(const dri_op *op, int root)
 		goto out;
 	for (int i = 0; i <= p; i++)
 		off[i] = dri_block_off(op->count, p, i);
-	mine = dri_scratch((off[r + 1] - off[r]) * es);
+	mine = dri_scratch_get((off[r + 1] - off[r]) * es);
 	if (!mine)
 		goto out;
 	err = dri_reduce_scatter_blocks(op, op->buf, off, mine);
@@ -92,7 +92,7 @@ static dr_err reduce_large(const dri_op *op, int root)
 	if (!err)
 		memcpy(buf + off[r] * es, mine, (off[r + 1] - off[r]) * es);
 out:
-	free(mine);
+	dri_scratch_put(mine);
 	free(reqs);
 	free(off);
 	return err;

@@ -21,8 +21,8 @@ static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
 	size_t es = dr_dtype_size(op->dtype);
-	char *acc = dri_scratch(off[p] * es);
-	char *tmp = dri_scratch(off[p] * es);
+	char *acc = dri_scratch_get(off[p] * es);
+	char *tmp = dri_scratch_get(off[p] * es);
 	dr_err err = DR_ENOMEM;
 
 	if (!acc || !tmp)
@@ -46,8 +46,8 @@ static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
 	memcpy(out, acc + off[r] * es, (off[r + 1] - off[r]) * es);
 	err = DR_OK;
 out:
-	free(acc);
-	free(tmp);
+	dri_scratch_put(acc);
+	dri_scratch_put(tmp);
 	return err;
 }
 
@@ -58,7 +58,7 @@ static dr_err rs_pairwise(const dri_op *op, const char *in, const size_t *off,
 	int p = g->size, r = g->rank;
 	size_t es = dr_dtype_size(op->dtype);
 	size_t mine = off[r + 1] - off[r];
-	char *tmp = dri_scratch(2 * mine * es);
+	char *tmp = dri_scratch_get(2 * mine * es);
 	dri_req reqs[4];
 	dr_err err = DR_ENOMEM;
 
@@ -71,13 +71,13 @@ static dr_err rs_pairwise(const dri_op *op, const char *in, const size_t *off,
 
 		if (k == 1) {
 			int to = dri_pair_to(r, 1, p);
-			err = dri_isend(&cur[0], &op->id, dri_peer(g, to),
-					in + off[to] * es,
-					(off[to + 1] - off[to]) * es);
+			err = dri_irecv(&cur[1], &op->id,
+					dri_peer(g, dri_pair_from(r, 1, p)),
+					slot, mine * es);
 			if (!err)
-				err = dri_irecv(&cur[1], &op->id,
-						dri_peer(g, dri_pair_from(r, 1, p)),
-						slot, mine * es);
+				err = dri_isend(&cur[0], &op->id, dri_peer(g, to),
+						in + off[to] * es,
+						(off[to + 1] - off[to]) * es);
 			if (err)
 				goto out;
 		}
@@ -107,7 +107,7 @@ static dr_err rs_pairwise(const dri_op *op, const char *in, const size_t *off,
 	}
 	err = DR_OK;
 out:
-	free(tmp);
+	dri_scratch_put(tmp);
 	return err;
 }
 
@@ -142,7 +142,7 @@ static dr_err reduce_scatter_run(dri_op *op)
 		off[i] = (size_t)i * op->count;
 	/* recvbuf inside sendbuf (in place): reduce into scratch. */
 	if (b < a + n * (size_t)p && a < b + n) {
-		out = own = dri_scratch(n);
+		out = own = dri_scratch_get(n);
 		if (!own)
 			goto out;
 	}
@@ -153,7 +153,7 @@ static dr_err reduce_scatter_run(dri_op *op)
 	if (own)
 		memcpy(op->buf, own, n);
 out:
-	free(own);
+	dri_scratch_put(own);
 	free(off);
 	return err;
 }

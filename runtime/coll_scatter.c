@@ -28,7 +28,7 @@ static dr_err scatter_tree(const dri_op *op, int root, size_t blk)
 		return dri_recv(&op->id,
 				dri_peer(g, dri_mod(dri_binom_parent(vr) + root, p)),
 				op->buf, blk);
-	tmp = dri_scratch((size_t)span * blk);
+	tmp = dri_scratch_get((size_t)span * blk);
 	if (!tmp)
 		goto out;
 	if (vr) {
@@ -57,7 +57,7 @@ static dr_err scatter_tree(const dri_op *op, int root, size_t blk)
 	if (!err)
 		memcpy(op->buf, tmp, blk);
 out:
-	free(tmp);
+	dri_scratch_put(tmp);
 	return err;
 }
 
