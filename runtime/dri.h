@@ -218,6 +218,8 @@ typedef struct dri_store dri_store;
 dr_err dri_store_server_start(const char *host, int port,
 			      dri_store_server **out);
 void dri_store_server_stop(dri_store_server *srv);
+/* The port the server listens on (useful after binding port 0). */
+int dri_store_server_port(const dri_store_server *srv);
 /* Connects, retrying until timeout_ms passes (the server may start
  * later). */
 dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,

@@ -15,6 +15,7 @@
  * order, which is what the receiving side checks against.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

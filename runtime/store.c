@@ -13,7 +13,9 @@
  * request u8 command, u16 key length, key, value; for a reply u8 status (0
  * ok) and the value.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -434,6 +436,18 @@ void dri_store_server_stop(dri_store_server *s)
 	free(s);
 }
 
+int dri_store_server_port(const dri_store_server *s)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &len) < 0)
+		return -1;
+	return ntohs(ss.ss_family == AF_INET6 ?
+		     ((struct sockaddr_in6 *)&ss)->sin6_port :
+		     ((struct sockaddr_in *)&ss)->sin_port);
+}
+
 /* ------------------------------------------------------------- client */
 
 dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
@@ -478,6 +492,8 @@ dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
 connected:
 	freeaddrinfo(res);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Non-blocking, so that every read and write honours its timeout. */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 	dri_store *st = malloc(sizeof(*st));
 	if (!st) {
 		close(fd);
