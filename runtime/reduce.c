@@ -28,8 +28,12 @@
  *     (gcc 12 vectorises at -O2) turns the float32/float64 SUM of a large
  *     all_reduce into packed SIMD adds; that loop runs once per chunk per
  *     step of the ring.  restrict is why inout and in must not overlap.
+ *     float16 uses the CPU's F16C conversions where it has them (x86-64,
+ *     checked at run time), else portable branch-free conversions that
+ *     gcc vectorises too.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dri.h"
@@ -224,6 +228,88 @@ FLOAT_KERNELS(f64, double)
 HALF_KERNELS(f16, f16_to_f32, f32_to_f16)
 HALF_KERNELS(bf16, bf16_to_f32, f32_to_bf16)
 
+/* float16 on x86-64 CPUs with F16C: the hardware converts 8 values per
+ * instruction, rounding to nearest even as the portable code does, about
+ * 10x faster.  Picked at run time (the build targets baseline x86-64);
+ * DISTRUN_NO_F16C=1 forces the portable path (the unit tests run both).
+ * Results are the same bit for bit except for NaN payloads. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define F16C_KERNEL(op, VEXPR)                                                \
+	__attribute__((target("avx,f16c"))) static void f16c_##op(            \
+		void *restrict va, const void *restrict vb, size_t n)         \
+	{                                                                     \
+		uint16_t *restrict a = va;                                    \
+		const uint16_t *restrict b = vb;                              \
+		size_t i = 0;                                                 \
+		for (; i + 8 <= n; i += 8) {                                  \
+			__m256 x = _mm256_cvtph_ps(                           \
+				_mm_loadu_si128((const __m128i *)(a + i)));   \
+			__m256 y = _mm256_cvtph_ps(                           \
+				_mm_loadu_si128((const __m128i *)(b + i)));   \
+			_mm_storeu_si128((__m128i *)(a + i),                  \
+					 _mm256_cvtps_ph(VEXPR,               \
+					 _MM_FROUND_TO_NEAREST_INT));         \
+		}                                                             \
+		f16_##op(a + i, b + i, n - i); /* the tail */                 \
+	}
+
+/* min_ps/max_ps return their second operand if either is NaN, so only a
+ * NaN in x needs putting back. */
+#define F16C_NAN_X(r) _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
+
+F16C_KERNEL(sum, _mm256_add_ps(x, y))
+F16C_KERNEL(prod, _mm256_mul_ps(x, y))
+F16C_KERNEL(min, F16C_NAN_X(_mm256_min_ps(x, y)))
+F16C_KERNEL(max, F16C_NAN_X(_mm256_max_ps(x, y)))
+
+/* AVX needs the OS to save the ymm registers (OSXSAVE, XCR0 bits 1-2). */
+static int cpu_has_f16c(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return 0;
+	if (!(c & bit_F16C) || !(c & bit_AVX) || !(c & bit_OSXSAVE))
+		return 0;
+	unsigned lo, hi;
+	__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return (lo & 6) == 6;
+}
+
+static kernel_fn f16c_kernel(dr_op op)
+{
+	/* racing first calls compute the same answer */
+	static _Atomic int use = -1;
+	if (use < 0) {
+		const char *no = getenv("DISTRUN_NO_F16C");
+		use = !(no && *no && strcmp(no, "0")) && cpu_has_f16c();
+	}
+	if (!use)
+		return NULL;
+	switch (op) {
+	case DR_SUM:
+	case DR_AVG:
+		return f16c_sum;
+	case DR_PRODUCT:
+		return f16c_prod;
+	case DR_MIN:
+		return f16c_min;
+	case DR_MAX:
+		return f16c_max;
+	default:
+		return NULL;
+	}
+}
+#else
+static kernel_fn f16c_kernel(dr_op op)
+{
+	(void)op;
+	return NULL;
+}
+#endif
+
 /* [dtype][op]; NULL where the op does not apply (bitwise on floats).  AVG
  * reduces as SUM. */
 #define INT_ROW(name)                                                         \
@@ -278,7 +364,8 @@ dr_err dri_reduce(void *inout, const void *in, size_t count, dr_dtype dtype,
 		return dri_fail(DR_EINVAL, "reduce buffers overlap (%p and %p, %zu bytes)",
 				inout, in, bytes);
 
-	kernels[dtype][op](inout, in, count);
+	kernel_fn fn = dtype == DR_FLOAT16 ? f16c_kernel(op) : NULL;
+	(fn ? fn : kernels[dtype][op])(inout, in, count);
 	return DR_OK;
 }
 

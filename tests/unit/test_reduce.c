@@ -372,6 +372,15 @@ static int test_half_every_value_against_edges(void)
 	return 0;
 }
 
+/* The same with the portable float16 code, where the CPU would let
+ * reduce.c use F16C instead (each test runs in its own process, so the
+ * setting holds from its first reduction on). */
+static int test_half_portable_path_every_value_against_edges(void)
+{
+	CHECK(setenv("DISTRUN_NO_F16C", "1", 1) == 0);
+	return test_half_every_value_against_edges();
+}
+
 static uint16_t reduce16(dr_dtype t, dr_op op, uint16_t x, uint16_t y)
 {
 	dr_err err = dri_reduce(&x, &y, 1, t, op);
@@ -561,6 +570,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_int32_int64_edges_and_random),
 	UNIT(test_float32_float64_edges_and_random),
 	UNIT(test_half_every_value_against_edges),
+	UNIT(test_half_portable_path_every_value_against_edges),
 	UNIT(test_half_rounding_edge_cases),
 	UNIT(test_nan_propagates_through_min_max),
 	UNIT(test_integer_wraparound),
