@@ -214,15 +214,40 @@ static void emit(struct job *job, struct dest *d, int r, const char *data,
 	need = 0;
 	for (int i = 0; i < cnt; i++)
 		need += iov[i].iov_len;
-	if (d->len + need > OBUF_SIZE)
+	/* Large pieces (raw runs of lines, long lines) go out directly,
+	 * saving a copy. */
+	if (d->len + need > OBUF_SIZE || need >= OBUF_SIZE / 4)
 		dest_flush(job, d);
-	if (need > OBUF_SIZE) {
+	if (need >= OBUF_SIZE / 4) {
 		dest_writev(job, d, iov, cnt);
 		return;
 	}
 	for (int i = 0; i < cnt; i++) {
 		memcpy(d->buf + d->len, iov[i].iov_base, iov[i].iov_len);
 		d->len += iov[i].iov_len;
+	}
+}
+
+/* The hot path: whole lines [p, end) of rank r, each after its label,
+ * copied straight into the output buffer. */
+static void emit_labelled(struct job *job, struct dest *d, int r,
+			  const char *p, const char *end)
+{
+	const char *label = d->labels + (size_t)r * LABEL_MAX;
+	size_t llen = d->label_len[r];
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', end - p);
+		size_t len = nl + 1 - p;
+
+		if (d->len + llen + len > OBUF_SIZE) {
+			emit(job, d, r, p, len, false);
+		} else {
+			memcpy(d->buf + d->len, label, llen);
+			memcpy(d->buf + d->len + llen, p, len);
+			d->len += llen + len;
+		}
+		p = nl + 1;
 	}
 }
 
@@ -273,6 +298,8 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 	if (last) {
 		if (!mux.labels && !mux.timestamps) {
 			emit(job, d, r, p, last + 1 - p, false);
+		} else if (!mux.timestamps) {
+			emit_labelled(job, d, r, p, last + 1);
 		} else {
 			while (p <= last) {
 				nl = memchr(p, '\n', last + 1 - p);

@@ -41,7 +41,8 @@ static const char *const set_vars[] = {
 /* Slots in the environment template rewritten for every rank. */
 enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, N_SLOTS };
 static char rank_str[N_SLOTS][32];
-static size_t env_nalloc;   /* job->env[N_SLOTS..env_nalloc) are ours */
+static size_t env_nalloc;
+static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
 
 static bool is_set_var(const char *entry)
 {
@@ -246,6 +247,8 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	close(out[1]);
 	close(err[1]);
 	close(ep[1]);
+	if (pipe_size)
+		fcntl(out[0], F_SETPIPE_SZ, pipe_size);
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
 	fcntl(err[0], F_SETFL, O_NONBLOCK);
 	rk->pid = pid;
@@ -274,6 +277,17 @@ int spawn_all(struct job *job)
 {
 	pid_t self = getpid();
 	int rc = 0;
+
+	/* Larger stdout pipes mean fewer reads and context switches for
+	 * chatty ranks; but the kernel counts pipe capacity per user (past
+	 * fs.pipe-user-pages-soft, 64 MiB by default, new pipes get one
+	 * page), so all of them together stay within 16 MiB. */
+	pipe_size = 0;
+	for (int sz = 1 << 20; sz > 65536; sz /= 2)
+		if ((long)sz * job->o->nranks <= 16L << 20) {
+			pipe_size = sz;
+			break;
+		}
 
 	for (int r = 0; r < job->o->nranks; r++)
 		if (spawn_rank(job, r, self)) {
