@@ -289,7 +289,11 @@ void dri_transport_wake(void);
 /* ------------------------------------------------------------- CUDA */
 
 /* The device a pointer lives on, or -1 for host memory (and always -1
- * without CUDA). */
+ * without CUDA).  Called by every collective entry point, so it must cost
+ * well under a microsecond on host memory where CUDA is absent: no
+ * filesystem work per call (a dlopen(RTLD_NOLOAD) per call measured
+ * ~0.7 ms here, more than a whole barrier); decide once, or watch the
+ * link map (dl_iterate_phdr) instead. */
 int dri_cuda_ptr_device(const void *p);
 /* Synchronises the selected stream of each device; DR_ENOCUDA without
  * CUDA. */
