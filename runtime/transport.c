@@ -51,7 +51,7 @@
 #define HS_LEN 32
 #define SOCKBUF (4 << 20)
 #define ABORT_TEXT_MAX 4096
-#define DISCARD_LEN 65536
+#define STAGE_LEN 16384
 
 enum peer_state {
 	P_NONE,       /* no connection yet */
@@ -89,6 +89,8 @@ struct peer {
 	dri_req *rx_req;        /* or */
 	struct umsg *rx_msg;    /* or neither (discard, abort text) */
 	char *abort_text;
+	unsigned char *stage;   /* STAGE_LEN bytes read ahead */
+	size_t s_off, s_len;
 };
 
 struct pending {
@@ -662,6 +664,7 @@ static void peer_up(int i, int fd)
 	p->state = P_UP;
 	p->rhdr_got = 0;
 	p->rx_active = 0;
+	p->s_off = p->s_len = 0;
 	if (p->sq_head)
 		flush_peer(i);
 }
@@ -1070,81 +1073,120 @@ static void on_payload_done(int i)
 	p->rx_msg = NULL;
 }
 
+/* A whole header has arrived in p->rhdr. */
+static void on_header_bytes(int i)
+{
+	struct peer *p = &tp.peers[i];
+
+	p->rhdr_got = 0;
+	if (dri_wire_decode(p->rhdr, &p->rx) || p->rx.src != i) {
+		abort_locked(DR_EPROTO, "rank %d: garbled message from rank %d: "
+			     "%s", tp.rank, i, p->rx.src != i ? "wrong sender" :
+			     dr_last_error());
+		return;
+	}
+	if (p->rx.kind != DRI_WIRE_BYE) {
+		on_header(i);
+		return;
+	}
+	/* Left on purpose; requests that still need it fail when they are
+	 * made or waited for. */
+	close_peer(p);
+	p->state = P_GONE;
+	for (dri_req *r = tp.posted_head; r; r = r->next)
+		if (r->peer == i) {
+			abort_locked(DR_EPEER, "rank %d: rank %d left the process "
+				     "group while this rank waits for it", tp.rank, i);
+			return;
+		}
+	if (p->sq_head)
+		abort_locked(DR_EPEER, "rank %d: rank %d left the process group "
+			     "before receiving this rank's message", tp.rank, i);
+}
+
+/* Payload bytes arrived (into rx_dest already, or to be copied from src). */
+static void on_payload_bytes(int i, const unsigned char *src, size_t n)
+{
+	struct peer *p = &tp.peers[i];
+
+	if (src && p->rx_dest)
+		memcpy(p->rx_dest + p->rx_done, src, n);
+	p->rx_done += n;
+	if (p->rx_msg)
+		p->rx_msg->done = p->rx_done;
+	if (p->rx_done == p->rx.len)
+		on_payload_done(i);
+}
+
+/* Reads what peer i sent.  Small frames come through a staging buffer, so
+ * one recv() takes several of them; a large payload goes straight into
+ * the receive's buffer.  A short read means the socket is drained (poll is
+ * level-triggered: it says when more comes), which saves the recv() that
+ * would only return EAGAIN. */
 static void on_readable(int i)
 {
-	static unsigned char sink[DISCARD_LEN];
 	struct peer *p = &tp.peers[i];
+	int drained = 0;
 	ssize_t n;
 
+	if (!p->stage && !(p->stage = malloc(STAGE_LEN))) {
+		abort_locked(DR_ENOMEM, "out of memory");
+		return;
+	}
 	while (p->state == P_UP && !tp.abort_err) {
-		if (!p->rx_active) {
-			n = recv(p->fd, p->rhdr + p->rhdr_got,
-				 DRI_WIRE_HDR - p->rhdr_got, 0);
-		} else {
-			size_t want = p->rx.len - p->rx_done;
-			if (!want) {
-				on_payload_done(i);
+		size_t avail = p->s_len - p->s_off, want, k;
+		if (p->rx_active && p->rx_done == p->rx.len) {
+			on_payload_done(i);
+			continue;
+		}
+		if (avail) {
+			const unsigned char *src = p->stage + p->s_off;
+			if (!p->rx_active) {
+				k = DRI_WIRE_HDR - p->rhdr_got;
+				k = k < avail ? k : avail;
+				memcpy(p->rhdr + p->rhdr_got, src, k);
+				p->s_off += k;
+				p->rhdr_got += k;
+				if (p->rhdr_got == DRI_WIRE_HDR)
+					on_header_bytes(i);
+			} else {
+				k = p->rx.len - p->rx_done;
+				k = k < avail ? k : avail;
+				p->s_off += k;
+				on_payload_bytes(i, src, k);
+			}
+			continue;
+		}
+		if (drained)
+			return;
+		want = p->rx_active ? p->rx.len - p->rx_done : 0;
+		if (want >= STAGE_LEN && p->rx_dest) {
+			n = recv(p->fd, p->rx_dest + p->rx_done, want, 0);
+			if (n > 0) {
+				drained = (size_t)n < want;
+				on_payload_bytes(i, NULL, (size_t)n);
 				continue;
 			}
-			if (!p->rx_dest && want > DISCARD_LEN)
-				want = DISCARD_LEN;
-			n = recv(p->fd, p->rx_dest ? p->rx_dest + p->rx_done : sink,
-				 want, 0);
-		}
-		if (n < 0) {
-			if (errno == EINTR)
+		} else {
+			n = recv(p->fd, p->stage, STAGE_LEN, 0);
+			if (n > 0) {
+				p->s_off = 0;
+				p->s_len = (size_t)n;
+				drained = (size_t)n < STAGE_LEN;
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return;
+			}
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n < 0)
 			peer_lost(i, strerror(errno));
-			return;
-		}
-		if (n == 0) {
-			if (!p->rx_active && !p->rhdr_got)
-				peer_lost(i, "connection closed");
-			else
-				peer_lost(i, "connection closed mid-message");
-			return;
-		}
-		if (p->rx_active) {
-			p->rx_done += (size_t)n;
-			if (p->rx_msg)
-				p->rx_msg->done = p->rx_done;
-			if (p->rx_done == p->rx.len)
-				on_payload_done(i);
-			continue;
-		}
-		p->rhdr_got += (size_t)n;
-		if (p->rhdr_got < DRI_WIRE_HDR)
-			continue;
-		p->rhdr_got = 0;
-		if (dri_wire_decode(p->rhdr, &p->rx) || p->rx.src != i) {
-			abort_locked(DR_EPROTO, "rank %d: garbled message from "
-				     "rank %d: %s", tp.rank, i,
-				     p->rx.src != i ? "wrong sender" :
-				     dr_last_error());
-			return;
-		}
-		if (p->rx.kind == DRI_WIRE_BYE) {
-			/* Left on purpose; requests that still need it fail
-			 * when they are made or waited for. */
-			close_peer(p);
-			p->state = P_GONE;
-			for (dri_req *r = tp.posted_head; r; r = r->next)
-				if (r->peer == i) {
-					abort_locked(DR_EPEER, "rank %d: rank %d "
-						     "left the process group while "
-						     "this rank waits for it",
-						     tp.rank, i);
-					break;
-				}
-			if (p->sq_head)
-				abort_locked(DR_EPEER, "rank %d: rank %d left "
-					     "the process group before receiving "
-					     "this rank's message", tp.rank, i);
-			return;
-		}
-		on_header(i);
+		else if (!p->rx_active && !p->rhdr_got)
+			peer_lost(i, "connection closed");
+		else
+			peer_lost(i, "connection closed mid-message");
+		return;
 	}
 }
 
@@ -1476,6 +1518,8 @@ void dri_transport_stop(void)
 	if (tp.wake_fd >= 0)
 		close(tp.wake_fd);
 	tp.listen_fd = tp.wake_fd = -1;
+	for (int i = 0; i < tp.size; i++)
+		free(tp.peers[i].stage);
 	free(tp.peers);
 	tp.peers = NULL;
 	free(tp.pend);
