@@ -109,8 +109,10 @@ int main(int argc, char **argv)
 	int rc;
 
 	rc = opts_parse(&o, argc, argv);
-	if (rc)
+	if (rc) {
+		opts_release(&o);
 		return rc < 0 ? 0 : rc;
+	}
 	rc = 1;
 	job.real_t0 = now_real();
 	job.t0 = now_mono();

@@ -32,6 +32,7 @@ int main(int argc, char **argv)
 	size_t cap = 65536, used = 0;
 	char *buf, *line;
 	long long seq = 0;
+	int rc;
 
 	if (len < 12 || len > 1 << 20 || total < 0) {
 		fprintf(stderr, "usage: spew BYTES [LINE_LEN >= 12]\n");
@@ -48,7 +49,7 @@ int main(int argc, char **argv)
 	while (total >= len) {
 		if (used + len > cap) {
 			if (write_all(buf, used))
-				return 1;
+				return 1;   /* the reader is gone */
 			used = 0;
 		}
 		memcpy(buf + used, line, len);
@@ -62,5 +63,8 @@ int main(int argc, char **argv)
 		buf[used + total - 1] = '\n';
 		used += total;
 	}
-	return write_all(buf, used) ? 1 : 0;
+	rc = write_all(buf, used) ? 1 : 0;
+	free(buf);
+	free(line);
+	return rc;
 }
