@@ -18,6 +18,7 @@
 #ifndef DRI_H
 #define DRI_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -200,6 +201,8 @@ int64_t dri_timeout_ms(void);
 /* The timeout the current thread's waits use: op->timeout_ms while
  * dri_submit runs an op that sets one, else dri_timeout_ms(). */
 int64_t dri_op_timeout_ms(void);
+/* pthread_cond_timedwait for at most ms milliseconds from now. */
+void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 /* Parses a duration: "90" (seconds), "90s", "1500ms", "5m", "1h", "1.5h".
  * DR_EINVAL for anything else, or zero/negative values. */
 dr_err dri_parse_duration(const char *s, int64_t *ms);

@@ -67,7 +67,7 @@ dr_group *dri_world(void)
 	return G.on ? &G.world : NULL;
 }
 
-static void timed_wait(int64_t ms)
+void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
 {
 	struct timespec ts;
 
@@ -78,7 +78,12 @@ static void timed_wait(int64_t ms)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
-	pthread_cond_timedwait(&G.cv, &G.mu, &ts);
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void timed_wait(int64_t ms)
+{
+	dri_cond_wait_ms(&G.cv, &G.mu, ms);
 }
 
 /* ------------------------------------------------------------ groups */

@@ -1292,20 +1292,10 @@ static int64_t now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Waits on the condition variable until the poller has done a round or
- * ms pass. */
+/* Waits until the poller has done a round, or ms pass. */
 static void cond_wait_ms(int64_t ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(&tp.cv, &tp.mu, &ts);
+	dri_cond_wait_ms(&tp.cv, &tp.mu, ms);
 }
 
 /* Progress one step: poll ourselves, or let the current poller work. */
