@@ -111,39 +111,38 @@ finish() {
 	[ -z "$output" ]
 }
 
-@test "SIGTERM to distrun is forwarded; nothing is left, exit 143" {
-	start_job -n 3 --grace 60s "$TESTDATA/hang" --fork
-	ready 3
+# stop_by_signal SIG N STATUS: runs N ranks of hang (each with a child),
+# sends SIG to distrun, and checks its exit status and that distrun reaped
+# every rank and child itself: no orphan, no zombie.
+stop_by_signal() {
+	start_job -n "$2" --grace 60s "$TESTDATA/hang" --fork
+	ready "$2"
 	pids=$(job_pids)
-	[ "$(wc -w <<<"$pids")" -eq 6 ]
-	kill -TERM "$DPID"
+	[ "$(wc -w <<<"$pids")" -eq $((2 * $2)) ]
+	kill -"$1" "$DPID"
 	finish
-	[ "$DSTATUS" -eq 143 ]
-	grep -q '^distrun: got SIGTERM, stopping the job' "$ERR"
-	grep -Eq '^ +0  SIGTERM .* stopped$' "$ERR"
-	# distrun reaped all of them itself: no orphan, no zombie.
+	[ "$DSTATUS" -eq "$3" ]
+	grep -q "^distrun: got SIG$1, stopping the job" "$ERR"
 	gone $pids
+}
+
+@test "SIGTERM to distrun is forwarded; nothing is left, exit 143" {
+	stop_by_signal TERM 3 143
+	grep -Eq '^ +0  SIGTERM .* stopped$' "$ERR"
 }
 
 @test "Ctrl-C (SIGINT) to distrun: ranks get SIGINT; nothing is left, exit 130" {
-	start_job -n 3 --grace 60s "$TESTDATA/hang" --fork
-	ready 3
-	pids=$(job_pids)
-	kill -INT "$DPID"
-	finish
-	[ "$DSTATUS" -eq 130 ]
+	stop_by_signal INT 3 130
 	grep -Eq '^ +2  SIGINT .* stopped$' "$ERR"
-	gone $pids
 }
 
 @test "SIGHUP to distrun stops the job, exit 129" {
-	start_job -n 2 --grace 60s "$TESTDATA/hang" --fork
-	ready 2
-	pids=$(job_pids)
-	kill -HUP "$DPID"
-	finish
-	[ "$DSTATUS" -eq 129 ]
-	gone $pids
+	stop_by_signal HUP 2 129
+	grep -Eq '^ +1  SIGHUP .* stopped$' "$ERR"
+}
+
+@test "SIGQUIT to distrun stops the job, exit 131" {
+	stop_by_signal QUIT 2 131
 }
 
 @test "a second Ctrl-C kills ranks that ignore the first" {

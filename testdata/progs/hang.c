@@ -9,11 +9,15 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
 {
 	int ignore = 0, fork_child = 0, exit_now = 0;
+	struct rlimit no_core = { 0, 0 };
+
+	setrlimit(RLIMIT_CORE, &no_core);   /* SIGQUIT tests: no core files */
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--ignore-term"))
