@@ -14,6 +14,7 @@
  * scripts/mpi/bench_coll_mpi.c print the same lines for torch and MPI.
  *
  *   bench_coll [--ops a,b,...] [--min BYTES] [--max BYTES] [--budget-ms MS]
+ *              [--sizes B1,B2,...]   (instead of MIN to MAX x16)
  *
  * Every rank runs the same number of iterations: it is derived from the
  * slowest rank's warm-up time, agreed on by an all_reduce.
@@ -134,7 +135,7 @@ static void bench(int b, size_t bytes, double budget_s)
 
 int main(int argc, char **argv)
 {
-	const char *ops = NULL;
+	const char *ops = NULL, *sizes = NULL;
 	size_t minb = 4, maxb = (size_t)64 << 20;
 	double budget_s = 0.5;
 
@@ -145,11 +146,20 @@ int main(int argc, char **argv)
 			minb = strtoull(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--max"))
 			maxb = strtoull(argv[i + 1], NULL, 10);
+		else if (!strcmp(argv[i], "--sizes"))
+			sizes = argv[i + 1];
 		else if (!strcmp(argv[i], "--budget-ms"))
 			budget_s = atof(argv[i + 1]) / 1e3;
 		else {
 			fprintf(stderr, "bench_coll: unknown option %s\n", argv[i]);
 			return 2;
+		}
+	}
+	if (sizes) { /* the largest sets the buffers */
+		maxb = 0;
+		for (const char *q = sizes; *q; q += strcspn(q, ","), q += *q == ',') {
+			size_t v = strtoull(q, NULL, 10);
+			maxb = v > maxb ? v : maxb;
 		}
 	}
 	check(dr_init_process_group(NULL, NULL), "init");
@@ -172,8 +182,12 @@ int main(int argc, char **argv)
 			bench(0, 0, budget_s);
 			continue;
 		}
-		for (size_t bytes = minb; bytes <= maxb; bytes *= 16)
-			bench((int)b, bytes, budget_s);
+		if (sizes)
+			for (const char *q = sizes; *q; q += strcspn(q, ","), q += *q == ',')
+				bench((int)b, strtoull(q, NULL, 10), budget_s);
+		else
+			for (size_t bytes = minb; bytes <= maxb; bytes *= 16)
+				bench((int)b, bytes, budget_s);
 	}
 	free(sbuf);
 	free(rbuf);

@@ -5,6 +5,7 @@
 # does not implement prints "op=NAME n=N unsupported".
 #
 #   python3 bench_coll_gloo.py [--ops a,b] [--min BYTES] [--max BYTES] [--budget-ms MS]
+#                              [--sizes B1,B2,...]
 import argparse
 import time
 
@@ -16,6 +17,7 @@ ap.add_argument("--ops", default=None)
 ap.add_argument("--min", type=int, default=4)
 ap.add_argument("--max", type=int, default=64 << 20)
 ap.add_argument("--budget-ms", type=float, default=500)
+ap.add_argument("--sizes", default=None)
 args = ap.parse_args()
 
 dist.init_process_group(backend="gloo", init_method="env://")
@@ -109,9 +111,14 @@ for name, factor, per_rank in TABLE:
     if name == "barrier":
         bench(name, factor, per_rank, 0)
         continue
-    b = args.min
-    while b <= args.max:
+    if args.sizes:
+        sizes = [int(v) for v in args.sizes.split(",")]
+    else:
+        sizes, b = [], args.min
+        while b <= args.max:
+            sizes.append(b)
+            b *= 16
+    for b in sizes:
         if bench(name, factor, per_rank, b):
             break
-        b *= 16
 dist.destroy_process_group()

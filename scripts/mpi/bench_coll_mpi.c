@@ -5,6 +5,7 @@
  * warm-up) and output lines as scripts/bench_coll.c.
  *
  *   mpirun -n N bench_coll_mpi [--ops a,b] [--min B] [--max B] [--budget-ms MS]
+ *                              [--sizes B1,B2,...]
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -88,7 +89,7 @@ static void bench(int b, size_t bytes, double budget_s)
 
 int main(int argc, char **argv)
 {
-	const char *ops = NULL;
+	const char *ops = NULL, *sizes = NULL;
 	size_t minb = 4, maxb = (size_t)64 << 20;
 	double budget_s = 0.5;
 
@@ -100,6 +101,14 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--min")) minb = strtoull(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--max")) maxb = strtoull(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--budget-ms")) budget_s = atof(argv[i + 1]) / 1e3;
+		else if (!strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
+	}
+	if (sizes) {
+		maxb = 0;
+		for (const char *q = sizes; *q; q += strcspn(q, ","), q += *q == ',') {
+			size_t v = strtoull(q, NULL, 10);
+			maxb = v > maxb ? v : maxb;
+		}
 	}
 	sbuf = calloc(maxb / 4 + (size_t)world, 4);
 	rbuf = calloc(maxb / 4 + (size_t)world, 4);
@@ -113,8 +122,12 @@ int main(int argc, char **argv)
 			bench(0, 0, budget_s);
 			continue;
 		}
-		for (size_t bytes = minb; bytes <= maxb; bytes *= 16)
-			bench(b, bytes, budget_s);
+		if (sizes)
+			for (const char *q = sizes; *q; q += strcspn(q, ","), q += *q == ',')
+				bench(b, strtoull(q, NULL, 10), budget_s);
+		else
+			for (size_t bytes = minb; bytes <= maxb; bytes *= 16)
+				bench(b, bytes, budget_s);
 	}
 	free(sbuf);
 	free(rbuf);
