@@ -4,7 +4,8 @@
  *
  * Both show, per rank, its exit status or signal, wall time (from fork to
  * reap), user and system CPU time and maximum resident set size, as wait4()
- * reported them for the rank and the descendants it waited for.
+ * reported them for the rank and the descendants it waited for; and the
+ * same for distrun itself (what launching and the output cost).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -111,6 +112,7 @@ static const char *rank_note(const struct job *job, int r)
 void report_summary(struct job *job)
 {
 	double wall = (job->real_t1 - job->real_t0);
+	struct rusage self;
 
 	fprintf(stderr, "distrun: %d rank%s, %.3fs, exit status %d\n",
 		job->o->nranks, job->o->nranks == 1 ? "" : "s", wall,
@@ -128,6 +130,10 @@ void report_summary(struct job *job)
 			tv_sec(rk->ru.ru_stime), rk->ru.ru_maxrss / 1024.0,
 			*note ? "  " : "", note);
 	}
+	if (!getrusage(RUSAGE_SELF, &self))
+		fprintf(stderr, "%6s  %-9s %10s %9.3fs %9.3fs %6.1f MiB\n",
+			"distrun", "", "", tv_sec(self.ru_utime),
+			tv_sec(self.ru_stime), self.ru_maxrss / 1024.0);
 }
 
 static json_t *iso_time(double t)
@@ -158,6 +164,7 @@ int report_json(struct job *job)
 	const struct opts *o = job->o;
 	json_t *root = json_object(), *cmd = json_array(),
 	       *ranks = json_array();
+	struct rusage self;
 	int rc = -1;
 
 	if (!root || !cmd || !ranks)
@@ -215,6 +222,15 @@ int report_json(struct job *job)
 		json_array_append_new(ranks, j);
 	}
 	json_object_set(root, "ranks", ranks);
+	if (!getrusage(RUSAGE_SELF, &self)) {
+		json_t *l = json_pack("{s:f, s:f, s:I}",
+			"user_s", tv_sec(self.ru_utime),
+			"sys_s", tv_sec(self.ru_stime),
+			"maxrss_kib", (json_int_t)self.ru_maxrss);
+
+		if (l)
+			json_object_set_new(root, "launcher", l);
+	}
 	if (json_dump_file(root, o->report, JSON_INDENT(2)) == 0)
 		rc = 0;
 	else

@@ -16,6 +16,14 @@ load common
 	done
 }
 
+@test "the summary ends with distrun's own CPU time and memory" {
+	run "$DISTRUN" -n 2 -v true
+	[[ "${lines[-1]}" =~ ^\ *distrun\ +[0-9.]+s\ +[0-9.]+s\ +[0-9.]+\ MiB$ ]]
+	f=$BATS_TEST_TMPDIR/r.json
+	"$DISTRUN" --report "$f" true
+	[ "$(jq '.launcher | (.user_s >= 0 and .sys_s >= 0 and .maxrss_kib > 0)' "$f")" = true ]
+}
+
 @test "the summary goes to stderr" {
 	"$DISTRUN" -n 1 -v true >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err"
 	[ ! -s "$BATS_TEST_TMPDIR/out" ]
