@@ -230,6 +230,10 @@ static int poll_timeout(struct job *job)
 		return -1;
 	if (until <= t)
 		return 0;
+	/* Wake at least hourly: a huge --timeout or --grace must not
+	 * overflow poll's int milliseconds. */
+	if (until - t > 3600)
+		return 3600 * 1000;
 	return (int)((until - t) * 1000) + 1;
 }
 
