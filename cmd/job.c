@@ -47,9 +47,11 @@ double now_real(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Sends sig (if not 0) to every direct child but the guard, and returns
- * how many there are.  With PR_SET_CHILD_SUBREAPER these include the
- * ranks' orphaned descendants. */
+/* Sends sig (if not 0) to every direct child but the guard, and to its
+ * process group, and returns how many children there are.  With
+ * PR_SET_CHILD_SUBREAPER these include the orphaned descendants of ranks
+ * that have exited.  A child not yet reaped keeps its pid and process
+ * group id from being reused, so these signals cannot reach a stranger. */
 static int signal_children(struct job *job, int sig)
 {
 	char path[64];
@@ -62,31 +64,36 @@ static int signal_children(struct job *job, int sig)
 	if (!f)
 		return 0;
 	while (fscanf(f, "%d", &pid) == 1) {
+		pid_t pgid;
+
 		if (pid == job->guard_pid)
 			continue;
-		if (sig)
-			kill(pid, sig);
 		n++;
+		if (!sig)
+			continue;
+		pgid = getpgid(pid);
+		kill(pid, sig);
+		if (pgid > 0 && pgid != getpgrp())
+			killpg(pgid, sig);
 	}
 	fclose(f);
 	return n;
 }
 
-/* Signals every rank's process group (an exited rank's group may still
- * hold its background processes; its pid stays reserved while it does). */
+/* Signals the process group of every running rank (a rank not yet reaped
+ * keeps its group id ours), and what exited ranks left behind. */
 static void signal_ranks(struct job *job, int sig)
 {
 	for (int r = 0; r < job->o->nranks; r++) {
 		struct rank *rk = &job->ranks[r];
 
-		if (rk->state == RANK_NEW)
+		if (rk->state != RANK_RUNNING)
 			continue;
-		if (rk->state == RANK_RUNNING && sig != SIGKILL)
+		if (sig != SIGKILL)
 			rk->stopped = true;
 		killpg(rk->pid, sig);
 	}
-	if (job->nlive == 0 || sig == SIGKILL)
-		signal_children(job, sig);
+	signal_children(job, sig);
 }
 
 void job_stop(struct job *job, int sig)
@@ -196,6 +203,9 @@ static void check_timers(struct job *job)
 	if (job->stopping && !job->killed && t >= job->kill_at) {
 		job->killed = true;
 		signal_ranks(job, SIGKILL);
+	} else if (job->killed) {
+		/* Orphans reparented to us since (no SIGCHLD tells of it). */
+		signal_children(job, SIGKILL);
 	}
 }
 
@@ -225,7 +235,7 @@ static int poll_timeout(struct job *job)
 	else if (job->stopping && !job->killed)
 		until = job->kill_at;
 	else if (job->killed)
-		until = job->kill_at + AFTER_KILL_WAIT;
+		until = t + 0.1;    /* re-kill new orphans, see check_timers */
 	if (until < 0)
 		return -1;
 	if (until <= t)
