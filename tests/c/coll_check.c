@@ -218,11 +218,43 @@ static void check_broadcast(dr_dtype t, size_t count, int root, int async)
 	free(buf);
 }
 
+/* e must be code, with a message containing what. */
+static void expect_err(dr_err e, dr_err code, const char *what, const char *call)
+{
+	if (e != code || !strstr(dr_last_error(), what))
+		DIE("%s gave %s (%s), expected %s naming '%s'", call,
+		    dr_err_name(e), dr_last_error(), dr_err_name(code), what);
+}
+
+/* Bad arguments fail on the calling rank alone, before anything is sent:
+ * the group stays usable. */
+static void bad_arguments(void)
+{
+	float f[4] = { 0 };
+	dr_work *w = (dr_work *)f;
+
+	expect_err(dr_all_reduce(NULL, 4, DR_FLOAT32, DR_SUM, NULL, NULL),
+		   DR_EINVAL, "buf", "all_reduce(NULL buf)");
+	expect_err(dr_all_reduce(f, 4, DR_FLOAT32, DR_BXOR, NULL, &w),
+		   DR_ENOTSUP, "float32", "all_reduce(float32, bxor)");
+	if (w)
+		DIE("a failed call left *work set");
+	expect_err(dr_all_reduce(f, 4, (dr_dtype)42, DR_SUM, NULL, NULL),
+		   DR_EINVAL, "dtype", "all_reduce(dtype 42)");
+	expect_err(dr_broadcast(f, 4, DR_FLOAT32, size, NULL, NULL),
+		   DR_EINVAL, "src", "broadcast(src = world size)");
+	expect_err(dr_barrier(NULL, NULL, NULL, -1), DR_EINVAL, "device",
+		   "barrier(-1 device ids)");
+	expect_err(dr_init_process_group(NULL, NULL), DR_EALREADY,
+		   "already initialized", "a second init");
+}
+
 static void mode_all(void)
 {
 	size_t small[] = { 0, 1, 3, (size_t)size - 1, (size_t)size + 1, 17, 1000 };
 	size_t big = (3u << 20) / 4 + 3; /* several MiB as float32, odd */
 
+	bad_arguments();
 	for (int i = 0; i < 20; i++)
 		TRY(dr_barrier(NULL, NULL, NULL, 0));
 	for (int t = 0; t < DR_DTYPE_COUNT_; t++)
@@ -305,6 +337,29 @@ static void mode_p2p(void)
 		for (int i = 0; i < 1000; i++)
 			if (big_r[i] != i * (peer + 1))
 				DIE("tag 1 element %d: %lld", i, (long long)big_r[i]);
+	}
+	/* dr_work_wait_timeout gives up, the handle stays valid: rank 1
+	 * sends only after rank 0's "go", which follows the timeout. */
+	if (rank < 2) {
+		int32_t v = -1, go = 1;
+		dr_work *w;
+		if (rank == 0) {
+			TRY(dr_irecv(&v, 1, DR_INT32, 1, 7, NULL, &w));
+			dr_err e = dr_work_wait_timeout(w, 50);
+			if (e != DR_ETIMEDOUT || dr_work_is_completed(w))
+				DIE("wait_timeout on an unsent message: %s",
+				    dr_err_name(e));
+			TRY(dr_send(&go, 1, DR_INT32, 1, 8, NULL));
+			TRY(dr_work_wait(w));
+			if (v != 42 || !dr_work_is_completed(w) ||
+			    dr_work_status(w) != DR_OK)
+				DIE("late irecv: %d", (int)v);
+			dr_work_free(w);
+		} else {
+			TRY(dr_recv(&go, 1, DR_INT32, 0, 8, NULL, NULL));
+			v = 42;
+			TRY(dr_send(&v, 1, DR_INT32, 0, 7, NULL));
+		}
 	}
 	/* Everyone to rank 0 with DR_ANY_SOURCE. */
 	if (rank == 0) {
