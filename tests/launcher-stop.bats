@@ -210,3 +210,19 @@ stop_by_signal() {
 	# distrun is gone too, and had no child left when it ended.
 	! ps -o pid= --ppid "$DPID"
 }
+
+@test "a rank's child that left its process group (setsid) is stopped too" {
+	# Each rank exits once its child has written its pid to a file.
+	start_job -n 2 --grace 60s sh -c '
+		f=$1.$RANK
+		setsid "$0" >"$f" &
+		i=0
+		while ! grep -q pid "$f" && [ $i -lt 600 ]; do
+			sleep 0.05; i=$((i + 1))
+		done' "$TESTDATA/hang" "$BATS_TEST_TMPDIR/setsid"
+	finish
+	[ "$DSTATUS" -eq 0 ]
+	pids=$(cat "$BATS_TEST_TMPDIR"/setsid.* | awk '{ print $2 }')
+	[ "$(wc -w <<<"$pids")" -eq 2 ]
+	gone $pids
+}
