@@ -7,7 +7,7 @@
  * handlers (as tini does): SIGCHLD means reap with wait4() (which gives the
  * rusage for the summary); SIGINT, SIGTERM, SIGHUP and SIGQUIT are
  * forwarded to every rank's process group and start the stop; a second one
- * sends SIGKILL at once.
+ * sends SIGKILL at once.  SIGTSTP and SIGCONT suspend and resume the job.
  *
  * Stopping: the first rank that fails, the timeout, a signal, or a closed
  * stdout starts it.  Running ranks get SIGTERM (or the forwarded signal) on
@@ -157,6 +157,21 @@ static void reap(struct job *job)
 	}
 }
 
+/* Ctrl-Z: the ranks, in their own process groups, do not get the
+ * terminal's SIGTSTP, so pass it on, then stop distrun itself; the shell's
+ * SIGCONT (fg, bg) resumes distrun here, and is passed on as well. */
+static void suspend_or_resume(struct job *job, int sig)
+{
+	for (int r = 0; r < job->o->nranks; r++)
+		if (job->ranks[r].state == RANK_RUNNING)
+			killpg(job->ranks[r].pid, sig);
+	if (sig == SIGTSTP) {
+		mux_flush(job);
+		kill(getpid(), SIGSTOP);
+		suspend_or_resume(job, SIGCONT);
+	}
+}
+
 static void handle_signals(struct job *job)
 {
 	struct signalfd_siginfo si;
@@ -166,6 +181,10 @@ static void handle_signals(struct job *job)
 
 		if (sig == SIGCHLD)
 			continue;   /* reaped below in any case */
+		if (sig == SIGTSTP || sig == SIGCONT) {
+			suspend_or_resume(job, sig);
+			continue;
+		}
 		if (job->stopping || job->stop_signal) {
 			fprintf(stderr, "distrun: got %s again, killing the "
 				"job\n", signal_name(sig));

@@ -34,7 +34,8 @@ static void make_run_id(struct job *job)
 		snprintf(job->run_id + 2 * i, 3, "%02x", rnd[i]);
 }
 
-/* Block the signals we handle: they are read from a signalfd in the loop.
+/* Block the signals we handle: they are read from a signalfd in the loop
+ * (SIGTSTP and SIGCONT too, to suspend and resume the ranks with us).
  * A stop signal that is ignored when distrun starts (nohup, a background
  * job of a script) stays ignored, for distrun and for the ranks, as a
  * shell would have it.  SIGPIPE is ignored: a closed stdout shows up as
@@ -42,7 +43,8 @@ static void make_run_id(struct job *job)
  * spawn.c). */
 static int setup_signals(struct job *job)
 {
-	static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+	static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+					 SIGTSTP, SIGCONT };
 	sigset_t set;
 
 	sigemptyset(&set);

@@ -226,3 +226,26 @@ stop_by_signal() {
 	[ "$(wc -w <<<"$pids")" -eq 2 ]
 	gone $pids
 }
+
+# state PID...: their process states (T stopped, S sleeping, ...).
+states() {
+	ps -o stat= -p "$(echo "$@" | tr ' ' ,)" | cut -c1 | sort -u | tr -d '\n'
+}
+all_in_state() {
+	local want=$1; shift
+	[ "$(states "$@")" = "$want" ]
+}
+
+@test "Ctrl-Z (SIGTSTP) suspends the ranks with distrun; SIGCONT resumes them" {
+	start_job -n 2 --grace 60s "$TESTDATA/hang"
+	ready 2
+	pids=$(job_pids)
+	kill -TSTP "$DPID"
+	wait_until 30 all_in_state T $pids "$DPID"
+	kill -CONT "$DPID"
+	wait_until 30 all_in_state S $pids "$DPID"
+	kill -TERM "$DPID"
+	finish
+	[ "$DSTATUS" -eq 143 ]
+	gone $pids
+}
