@@ -47,6 +47,8 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -487,16 +489,53 @@ static int cu_ptr_device_loaded(const void *p)
 	return ordinal;
 }
 
-/* 1 if the process has loaded the driver library (through the CUDA
- * runtime, or us).  dlopen with RTLD_NOLOAD only looks: it costs a walk of
- * the loaded-library list, no cuInit. */
+/* Whether the process has loaded the driver library (through the CUDA
+ * runtime, or us), for dri_cuda_ptr_device, which every collective calls.
+ * Not dlopen(RTLD_NOLOAD): for a library that is not loaded it searches
+ * the disk, about ten system calls a time.  dl_iterate_phdr walks the
+ * loaded objects in memory, and its count of objects ever loaded
+ * (dlpi_adds, on the first object) tells when nothing was loaded since the
+ * last walk, so the usual answer costs one callback. */
+struct lib_scan {
+	const char *base;         /* basename of the library sought */
+	unsigned long long adds;  /* dlpi_adds seen */
+	int first_only, found;
+};
+
+static const char *base_name(const char *path)
+{
+	const char *b = strrchr(path, '/');
+	return b ? b + 1 : path;
+}
+
+static int lib_scan_one(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct lib_scan *sc = data;
+	if (size < offsetof(struct dl_phdr_info, dlpi_subs))
+		return 1; /* too old a libc to tell: the caller walks in full */
+	sc->adds = info->dlpi_adds;
+	if (sc->first_only)
+		return 1;
+	if (info->dlpi_name && !strcmp(base_name(info->dlpi_name), sc->base)) {
+		sc->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
 static int cu_lib_in_process(void)
 {
-	void *h = dlopen(cu_lib_name(), RTLD_NOW | RTLD_NOLOAD);
-	if (!h)
+	static atomic_ullong clean_adds; /* dlpi_adds of the last empty walk */
+	struct lib_scan sc = { base_name(cu_lib_name()), 0, 1, 0 };
+
+	dl_iterate_phdr(lib_scan_one, &sc);
+	if (sc.adds && sc.adds == atomic_load(&clean_adds))
 		return 0;
-	dlclose(h);
-	return 1;
+	sc.first_only = 0;
+	dl_iterate_phdr(lib_scan_one, &sc);
+	if (!sc.found)
+		atomic_store(&clean_adds, sc.adds);
+	return sc.found;
 }
 
 int dri_cuda_ptr_device(const void *p)
