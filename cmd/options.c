@@ -88,7 +88,7 @@ static void usage_hint(const char *fmt, const char *arg)
 
 static void print_help(void)
 {
-	printf("Usage: distrun [OPTION]... -n N PROGRAM [ARG]...\n"
+	printf("Usage: distrun [OPTION]... [-n N] PROGRAM [ARG]...\n"
 	       "Start N ranks of PROGRAM on this machine with the torchrun "
 	       "environment\n(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), "
 	       "show their output\nwith a [rank] label, and exit with the "
