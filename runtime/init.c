@@ -35,6 +35,7 @@ static struct {
 	dri_store_server *srv;
 	dri_store *st;
 	int atexit_set;
+	pid_t pid; /* the process that joined */
 } I = { .rank = -1, .size = -1 };
 
 int64_t dri_now_ms(void)
@@ -327,8 +328,9 @@ static dr_err rendezvous(const char *host, int port)
 static void leave_at_exit(void)
 {
 	/* A program that returns from main without destroying the group
-	 * still says goodbye, so its peers do not take it for a crash. */
-	if (I.on)
+	 * still says goodbye, so its peers do not take it for a crash.  Not
+	 * a forked child that exits: the connections are its parent's. */
+	if (I.on && getpid() == I.pid)
 		dr_destroy_process_group();
 }
 
@@ -437,6 +439,7 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	if (err)
 		goto fail;
 	I.on = 1;
+	I.pid = getpid();
 	if (!I.atexit_set && !atexit(leave_at_exit))
 		I.atexit_set = 1;
 	err = dr_barrier(NULL, NULL, NULL, 0);
