@@ -134,3 +134,11 @@ fake_nvidia_smi() {
 	[[ "$output" == *"Process 1 on cuda:0: tensor - tensor([1, 2, 3], device='cuda:0')"* ]]
 	[[ "$output" == *"Process 1: all devices synchronized!"* ]]
 }
+
+@test "device memory from a program that loaded the driver itself is found without any dr_cuda_* call" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 60s -n 3 "$CTESTS/cuda_detect"
+	[ "$status" -eq 0 ]
+	for r in 0 1 2; do
+		[[ "$output" == *"[$r] ok - rank $r: device memory found and reduced"* ]]
+	done
+}

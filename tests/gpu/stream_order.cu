@@ -10,8 +10,10 @@
  * host memory, and only then synchronises the stream and checks the
  * values.  Reading the input before the first kernel finished, or letting
  * the second kernel run before the result arrived, gives wrong values.
- * Cases: all_reduce (blocking and asynchronous; small and cut in chunks),
- * broadcast, all_gather.  Prints "ok - ..." / "not ok - ..." per case.
+ * Cases: all_reduce on the legacy default stream before the program has
+ * called any dr_cuda_* function, then on a stream of its own: all_reduce
+ * (blocking and asynchronous; small and cut in chunks), broadcast,
+ * all_gather.  Prints "ok - ..." / "not ok - ..." per case.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -125,7 +127,11 @@ int main(void)
 	const char *lr = getenv("LOCAL_RANK");
 	size_t big = (size_t)5 << 20; /* 20 MiB of int32: several chunks */
 
-	if (!dr_cuda_available()) {
+	int ndev = 0;
+	/* Ask the CUDA runtime, not libdistrun: the first case checks that
+	 * libdistrun finds cudaMalloc'd memory by itself, the way a program
+	 * that never calls dr_cuda_* meets it. */
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
 		printf("skip - CUDA not available\n");
 		return 77;
 	}
@@ -135,14 +141,17 @@ int main(void)
 	}
 	rank = dr_get_rank();
 	nranks = dr_get_world_size();
-	int dev = (lr ? atoi(lr) : rank) % dr_cuda_device_count();
+	int dev = (lr ? atoi(lr) : rank) % ndev;
 	cudaSetDevice(dev);
-	cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
 	if (cudaHostAlloc((void **)&host_out, big * (size_t)nranks * sizeof(int),
 			  cudaHostAllocMapped) != cudaSuccess) {
 		fprintf(stderr, "rank %d: cudaHostAlloc failed\n", rank);
 		return 1;
 	}
+	s = 0; /* the legacy default stream, libdistrun's default */
+	run_case("all_reduce on cudaMalloc'd memory, legacy stream", ALL_REDUCE, 1000, 0);
+
+	cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
 	dr_err err = dr_cuda_set_stream(dev, (void *)s);
 	if (err) {
 		fprintf(stderr, "rank %d: dr_cuda_set_stream: %s\n", rank,
