@@ -626,7 +626,7 @@ dr_err dr_cuda_memcpy(void *dst, const void *src, size_t bytes)
 
 dr_err dri_cuda_sync_devices(const int *device_ids, int n)
 {
-	stager *st[16];
+	stager **st;
 	int done = 0;
 	dr_err err = DR_OK;
 	int64_t deadline;
@@ -637,9 +637,6 @@ dr_err dri_cuda_sync_devices(const int *device_ids, int n)
 		return cu_unavailable();
 	if (!device_ids)
 		return dri_fail(DR_EINVAL, "device_ids is NULL but n_device_ids is %d", n);
-	if (n > (int)(sizeof st / sizeof st[0]))
-		return dri_fail(DR_EINVAL, "%d device_ids: at most %zu", n,
-				sizeof st / sizeof st[0]);
 	for (int i = 0; i < n; i++)
 		if (device_ids[i] < 0 || device_ids[i] >= cu.ndev)
 			return dri_fail(DR_EINVAL,
@@ -647,6 +644,9 @@ dr_err dri_cuda_sync_devices(const int *device_ids, int n)
 					i, device_ids[i], cu.ndev,
 					cu.ndev == 1 ? "" : "s");
 	deadline = deadline_after(0);
+	st = calloc((size_t)n, sizeof *st);
+	if (!st)
+		return dri_fail(DR_ENOMEM, "out of memory for %d device ids", n);
 
 	/* Mark every stream first, then wait: the devices drain in parallel. */
 	for (; done < n; done++) {
@@ -674,6 +674,7 @@ out:
 					    "the device's stream");
 		stager_put(dev, st[i]);
 	}
+	free(st);
 	return err;
 }
 
