@@ -44,14 +44,20 @@
  * Every chunk run keeps the call's message identity (same sequence number;
  * messages between two ranks are matched in order) and passes the chunk's
  * count in op->count, so peers that cut the same way match chunk for chunk.
+ * So every rank must pass the same kind of buffer (device or host) for a
+ * call that is cut in more than one chunk; a rank that does not gets
+ * DR_EMISMATCH from the transport (the lengths differ), not a hang.
+ *
+ * Environment: DISTRUN_CUDA=0 turns CUDA off; DISTRUN_CUDA_LIB names
+ * another driver library (tests: the toolkit's stub, a fake);
+ * DISTRUN_CUDA_CHUNK sets the staging chunk in bytes (default 4 MiB).
  */
 #include <dlfcn.h>
-#include <errno.h>
 #include <link.h>
-#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
