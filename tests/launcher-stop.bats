@@ -53,6 +53,23 @@ dead() {
 	done
 }
 
+# fail_when_ready GRACE CODE N [HANG_ARG]...: starts N ranks; all but
+# rank 0 run hang with HANG_ARGs, and rank 0 exits with CODE once they have
+# all printed their pids (it reads distrun's output file).
+fail_when_ready() {
+	local grace=$1 code=$2 n=$3
+	shift 3
+	start_job -n "$n" --grace "$grace" sh -c '
+		out=$1 code=$2 others=$3 hang=$0
+		shift 3
+		[ "$RANK" = 0 ] || exec "$hang" "$@"
+		i=0
+		while [ "$(grep -c "] pid " "$out")" -lt "$others" ] && [ $i -lt 600 ]; do
+			sleep 0.05; i=$((i + 1))
+		done
+		exit "$code"' "$TESTDATA/hang" "$BATS_TEST_TMPDIR/out" "$code" $((n - 1)) "$@"
+}
+
 # finish: waits for distrun (bounded) and sets $DSTATUS.
 finish() {
 	wait_until 60 dead "$DPID"
@@ -73,15 +90,7 @@ finish() {
 
 @test "ranks that ignore SIGTERM get SIGKILL after --grace" {
 	# Rank 0 fails once the others have set SIGTERM aside.
-	start_job -n 3 --grace 0.3s sh -c '
-		if [ "$RANK" = 0 ]; then
-			i=0
-			while [ "$(grep -c "] pid " "$1")" -lt 2 ] && [ $i -lt 600 ]; do
-				sleep 0.05; i=$((i + 1))
-			done
-			exit 5
-		fi
-		exec "$0" --ignore-term' "$TESTDATA/hang" "$BATS_TEST_TMPDIR/out"
+	fail_when_ready 0.3s 5 3 --ignore-term
 	finish
 	[ "$DSTATUS" -eq 5 ]
 	grep -Eq '^ +1  SIGKILL .* stopped$' "$ERR"
@@ -185,16 +194,7 @@ stop_by_signal() {
 }
 
 @test "a failure stops the other ranks' children too" {
-	# Rank 0 fails once the other two have printed their pids.
-	start_job -n 3 --grace 60s sh -c '
-		if [ "$RANK" = 0 ]; then
-			i=0
-			while [ "$(grep -c "] pid " "$1")" -lt 2 ] && [ $i -lt 600 ]; do
-				sleep 0.05; i=$((i + 1))
-			done
-			exit 9
-		fi
-		exec "$0" --fork' "$TESTDATA/hang" "$BATS_TEST_TMPDIR/out"
+	fail_when_ready 60s 9 3 --fork
 	finish
 	[ "$DSTATUS" -eq 9 ]
 	pids=$(job_pids)
