@@ -278,23 +278,31 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 	struct dest *d = &mux.dest[s];
 	const char *end = p + n, *nl, *last;
 
-	if (lb->len) {
-		nl = memchr(p, '\n', n);
-		if (!nl) {
-			if (line_append(lb, p, n) || lb->len >= LINE_CAP) {
-				emit(job, d, r, lb->buf, lb->len, true);
-				lb->len = 0;
-			}
-			return;
+	/* First complete the partial line, cutting it at LINE_CAP. */
+	while (lb->len && p < end) {
+		size_t take;
+		bool cut = false;
+
+		nl = memchr(p, '\n', end - p);
+		take = nl ? (size_t)(nl + 1 - p) : (size_t)(end - p);
+		if (lb->len + take > LINE_CAP) {
+			take = LINE_CAP - lb->len;
+			cut = true;
 		}
-		if (line_append(lb, p, nl + 1 - p))
-			emit(job, d, r, p, nl + 1 - p, false);
-		else
-			emit(job, d, r, lb->buf, lb->len, false);
-		lb->len = 0;
-		p = nl + 1;
+		if (line_append(lb, p, take)) {
+			/* Out of memory: show what we have, as it comes. */
+			emit(job, d, r, lb->buf, lb->len, true);
+			lb->len = 0;
+			emit(job, d, r, p, take, !nl || cut);
+		} else if (cut || (nl && take == (size_t)(nl + 1 - p))) {
+			emit(job, d, r, lb->buf, lb->len, cut);
+			lb->len = 0;
+		}
+		p += take;
 	}
-	last = p < end ? memrchr(p, '\n', end - p) : NULL;
+	if (p == end)
+		return;
+	last = memrchr(p, '\n', end - p);
 	if (last) {
 		if (!mux.labels && !mux.timestamps) {
 			emit(job, d, r, p, last + 1 - p, false);
@@ -309,10 +317,9 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 		}
 		p = last + 1;
 	}
-	if (p < end && (line_append(lb, p, end - p) || lb->len >= LINE_CAP)) {
-		emit(job, d, r, lb->buf, lb->len, true);
-		lb->len = 0;
-	}
+	/* The tail (shorter than a read, so than LINE_CAP) waits for more. */
+	if (p < end && line_append(lb, p, end - p))
+		emit(job, d, r, p, end - p, true);
 }
 
 int mux_read(struct job *job, int r, int s)

@@ -44,6 +44,11 @@ load common
 	[ "$(awk '{ print length($0) }' "$BATS_TEST_TMPDIR/out" | sort -u)" = 1048579 ]
 }
 
+@test "a line longer than 8 MiB is cut in 8 MiB pieces, nothing lost" {
+	"$DISTRUN" -n 1 --raw sh -c 'head -c 9437184 /dev/zero | tr "\0" x' >"$BATS_TEST_TMPDIR/out"
+	[ "$(awk '{ print length($0) }' "$BATS_TEST_TMPDIR/out" | tr '\n' ' ')" = "8388608 1048576 " ]
+}
+
 @test "lines from fast ranks are never torn or lost" {
 	# 4 ranks x 8 MB in 100-byte lines, numbered by spew.
 	"$DISTRUN" -n 4 "$TESTDATA/spew" 8388600 100 >"$BATS_TEST_TMPDIR/out"
