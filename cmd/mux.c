@@ -300,7 +300,7 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 		}
 		p += take;
 	}
-	if (p == end)
+	if (!p || p >= end)   /* (!p: for gcc -fsanitize's nonnull check) */
 		return;
 	last = memrchr(p, '\n', end - p);
 	if (last) {
