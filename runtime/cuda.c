@@ -699,86 +699,74 @@ typedef struct {
 	size_t slot_bytes; /* pinned bytes per slot */
 } staging;
 
-/* Queue chunk k's copies into slot (or, for collectives whose data comes
- * from the network only, just mark the slot free); then record ev_d2h. */
-static CUresult stage_in(staging *g, size_t off, size_t ck, int slot)
+/* Queues chunk (off, ck)'s copies between the user's buffers and slot:
+ * in (device to host, on the d2h stream, then records ev_d2h[slot]) or
+ * out (host to device, on the h2d stream, then records ev_h2d[slot]).  A
+ * part the rank does not send or receive is not copied; the event is
+ * recorded all the same, since the host waits for it before using the
+ * slot (in) and the slot's next copy in waits for it (out). */
+static CUresult stage(staging *g, size_t off, size_t ck, int slot, int in)
 {
 	dri_op *op = g->op;
 	stager *s = g->st;
+	size_t bytes = ck * g->esz, at = off * g->esz;
 	char *p = s->pinned + (size_t)slot * g->slot_bytes;
+	char *user = NULL;          /* the user's side of block 0 */
+	size_t upitch = 0, spitch = 0;
+	int nblocks = 1;
 	CUresult r = CUDA_SUCCESS;
 
 	switch (op->id.coll) {
-	case DRI_BROADCAST:
-		if (!g->is_root)
-			break;
-		/* fall through */
 	case DRI_ALL_REDUCE:
+		user = (char *)op->buf + at;
+		break;
+	case DRI_BROADCAST:
+		/* The root only sends, the others only receive. */
+		if (g->is_root == in)
+			user = (char *)op->buf + at;
+		break;
 	case DRI_REDUCE:
-		r = cu.MemcpyAsync(dptr(p), dptr((char *)op->buf + off * g->esz),
-				   ck * g->esz, s->d2h);
+		/* Everyone sends; only the root receives. */
+		if (in || g->is_root)
+			user = (char *)op->buf + at;
 		break;
 	case DRI_ALL_GATHER:
-		r = cu.MemcpyAsync(dptr(p + (size_t)g->r * ck * g->esz),
-				   dptr((const char *)op->sendbuf + off * g->esz),
-				   ck * g->esz, s->d2h);
+		/* In: this rank's piece to its place among the n blocks of the
+		 * slot; out: every block to its place in recvbuf. */
+		if (in) {
+			user = (char *)op->sendbuf + at;
+			p += (size_t)g->r * bytes;
+		} else {
+			user = (char *)op->buf + at;
+			upitch = op->count * g->esz;
+			spitch = bytes;
+			nblocks = g->n;
+		}
 		break;
 	case DRI_REDUCE_SCATTER:
-		for (int j = 0; j < g->n && r == CUDA_SUCCESS; j++)
-			r = cu.MemcpyAsync(
-				dptr(p + (size_t)j * ck * g->esz),
-				dptr((const char *)op->sendbuf +
-				     ((size_t)j * op->count + off) * g->esz),
-				ck * g->esz, s->d2h);
+		/* In: the n blocks of sendbuf; out: the result after them. */
+		if (in) {
+			user = (char *)op->sendbuf + at;
+			upitch = op->count * g->esz;
+			spitch = bytes;
+			nblocks = g->n;
+		} else {
+			user = (char *)op->buf + at;
+			p += (size_t)g->n * bytes;
+		}
 		break;
 	default:
 		break;
 	}
-	if (r != CUDA_SUCCESS)
-		return r;
-	return cu.EventRecord(s->ev_d2h[slot], s->d2h);
-}
-
-static CUresult stage_out(staging *g, size_t off, size_t ck, int slot)
-{
-	dri_op *op = g->op;
-	stager *s = g->st;
-	char *p = s->pinned + (size_t)slot * g->slot_bytes;
-	CUresult r = CUDA_SUCCESS;
-
-	switch (op->id.coll) {
-	case DRI_BROADCAST:
-		if (g->is_root)
-			break;
-		/* fall through */
-	case DRI_ALL_REDUCE:
-		r = cu.MemcpyAsync(dptr((char *)op->buf + off * g->esz), dptr(p),
-				   ck * g->esz, s->h2d);
-		break;
-	case DRI_REDUCE:
-		if (g->is_root)
-			r = cu.MemcpyAsync(dptr((char *)op->buf + off * g->esz),
-					   dptr(p), ck * g->esz, s->h2d);
-		break;
-	case DRI_ALL_GATHER:
-		for (int j = 0; j < g->n && r == CUDA_SUCCESS; j++)
-			r = cu.MemcpyAsync(
-				dptr((char *)op->buf +
-				     ((size_t)j * op->count + off) * g->esz),
-				dptr(p + (size_t)j * ck * g->esz), ck * g->esz,
-				s->h2d);
-		break;
-	case DRI_REDUCE_SCATTER:
-		r = cu.MemcpyAsync(dptr((char *)op->buf + off * g->esz),
-				   dptr(p + (size_t)g->n * ck * g->esz),
-				   ck * g->esz, s->h2d);
-		break;
-	default:
-		break;
+	for (int j = 0; user && j < nblocks && r == CUDA_SUCCESS; j++) {
+		char *u = user + (size_t)j * upitch, *h = p + (size_t)j * spitch;
+		r = in ? cu.MemcpyAsync(dptr(h), dptr(u), bytes, s->d2h) :
+			cu.MemcpyAsync(dptr(u), dptr(h), bytes, s->h2d);
 	}
 	if (r != CUDA_SUCCESS)
 		return r;
-	return cu.EventRecord(s->ev_h2d[slot], s->h2d);
+	return in ? cu.EventRecord(s->ev_d2h[slot], s->d2h) :
+		cu.EventRecord(s->ev_h2d[slot], s->h2d);
 }
 
 /* The host algorithm on chunk (off, ck) held in slot. */
@@ -836,7 +824,7 @@ static dr_err run_chunked(staging *g, int64_t deadline)
 	const char *call = "cuMemcpyAsync";
 
 	for (size_t k = 0; k < depth; k++)
-		if ((r = stage_in(g, k * g->chunk, chunk_len(g, k), (int)k)))
+		if ((r = stage(g, k * g->chunk, chunk_len(g, k), (int)k, 1)))
 			goto cuda_fail;
 	for (size_t k = 0; k < nchunks; k++) {
 		int slot = (int)(k % NSLOT);
@@ -847,15 +835,15 @@ static dr_err run_chunked(staging *g, int64_t deadline)
 			goto fail;
 		if ((err = run_chunk(g, ck, slot)))
 			goto fail;
-		if ((r = stage_out(g, k * g->chunk, ck, slot)))
+		if ((r = stage(g, k * g->chunk, ck, slot, 0)))
 			goto cuda_fail;
 		if (k + NSLOT < nchunks) {
 			call = "cuStreamWaitEvent";
 			if ((r = cu.StreamWaitEvent(s->d2h, s->ev_h2d[slot], 0)))
 				goto cuda_fail;
 			call = "cuMemcpyAsync";
-			if ((r = stage_in(g, (k + NSLOT) * g->chunk,
-					  chunk_len(g, k + NSLOT), slot)))
+			if ((r = stage(g, (k + NSLOT) * g->chunk,
+				       chunk_len(g, k + NSLOT), slot, 1)))
 				goto cuda_fail;
 		}
 	}
