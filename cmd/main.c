@@ -134,7 +134,13 @@ int main(int argc, char **argv)
 		job.spawn_failed = true;
 		job_stop(&job, SIGTERM);
 	}
-	job_run(&job);
+	if (job_run(&job)) {
+		/* Out of memory before the loop: the ranks must not stay. */
+		job.spawn_failed = true;
+		for (int r = 0; r < o.nranks; r++)
+			if (job.ranks[r].state == RANK_RUNNING)
+				killpg(job.ranks[r].pid, SIGKILL);
+	}
 	guard_done(&job);
 	job.real_t1 = now_real();
 	rc = job.exit_status = exit_status(&job);
