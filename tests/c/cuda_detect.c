@@ -9,6 +9,8 @@
  *
  *   DISTRUN_CUDA_LIB=libfakecuda.so distrun -n 3 build/tests/cuda_detect
  *
+ * The input reaches the device by an asynchronous copy on the default
+ * stream that nothing waits for: the collective must order itself after it.
  * Prints "ok - rank R: ..." when every element holds the sum over ranks.
  */
 #include <dlfcn.h>
@@ -23,6 +25,8 @@
 typedef int (*cu_init_fn)(unsigned);
 typedef int (*cu_alloc_fn)(unsigned long long *, size_t);
 typedef int (*cu_memcpy_fn)(unsigned long long, unsigned long long, size_t);
+typedef int (*cu_memcpy_async_fn)(unsigned long long, unsigned long long,
+				  size_t, void *);
 
 int main(void)
 {
@@ -31,6 +35,7 @@ int main(void)
 	cu_init_fn init;
 	cu_alloc_fn alloc;
 	cu_memcpy_fn copy;
+	cu_memcpy_async_fn copy_async;
 	unsigned long long d = 0;
 	static int32_t host[COUNT];
 
@@ -41,7 +46,9 @@ int main(void)
 	*(void **)&init = dlsym(h, "cuInit");
 	*(void **)&alloc = dlsym(h, "cuMemAlloc_v2");
 	*(void **)&copy = dlsym(h, "cuMemcpy");
-	if (!init || !alloc || !copy || init(0) || alloc(&d, sizeof host)) {
+	*(void **)&copy_async = dlsym(h, "cuMemcpyAsync");
+	if (!init || !alloc || !copy || !copy_async || init(0) ||
+	    alloc(&d, sizeof host)) {
 		fprintf(stderr, "%s: cannot allocate device memory\n", lib);
 		return 1;
 	}
@@ -52,7 +59,9 @@ int main(void)
 	int rank = dr_get_rank(), n = dr_get_world_size();
 	for (int i = 0; i < COUNT; i++)
 		host[i] = (rank + 1) * (i % 7 + 1);
-	copy(d, (unsigned long long)(uintptr_t)host, sizeof host);
+	/* Queued, not waited for: the collective must order itself after it
+	 * (the fake driver copies only when something waits). */
+	copy_async(d, (unsigned long long)(uintptr_t)host, sizeof host, NULL);
 
 	dr_err err = dr_all_reduce((void *)(uintptr_t)d, COUNT, DR_INT32, DR_SUM,
 				   NULL, NULL);
