@@ -86,20 +86,22 @@ $(LIB_SO): $(RT_PIC)
 	$(Q)ln -sf libdistrun.so.$(SOMAJOR) $(B)/lib/libdistrun.so
 
 # Programs that link the runtime link the static archive: no rpath games.
-$(B)/examples/% $(B)/tests/% $(B)/unit/% $(B)/bench/%: $(LIB_A)
-$(B)/examples/%: testdata/examples/%.c
+# ($(LIB_A) in each rule's own prerequisites: a pattern rule without a
+# recipe adds no prerequisite, and programs would neither wait for the
+# archive in a parallel build nor relink when it changes.)
+$(B)/examples/%: testdata/examples/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
-$(B)/tests/%: tests/c/%.c
+$(B)/tests/%: tests/c/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
-$(B)/unit/%: tests/unit/%.c
+$(B)/unit/%: tests/unit/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
-$(B)/bench/%: scripts/%.c
+$(B)/bench/%: scripts/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
