@@ -92,6 +92,10 @@ static void signal_ranks(struct job *job, int sig)
 		if (sig != SIGKILL)
 			rk->stopped = true;
 		killpg(rk->pid, sig);
+		/* A stopped rank (SIGSTOP, Ctrl-Z) acts on the signal only
+		 * once continued. */
+		if (sig != SIGKILL)
+			killpg(rk->pid, SIGCONT);
 	}
 	signal_children(job, sig);
 }

@@ -249,3 +249,10 @@ all_in_state() {
 	[ "$DSTATUS" -eq 143 ]
 	gone $pids
 }
+
+@test "a stopped rank is continued so that it gets the SIGTERM" {
+	run "$DISTRUN" -n 2 --timeout 1s --grace 60s sh -c 'kill -STOP $$'
+	[ "$status" -eq 124 ]
+	grep -Eq '^ +0  SIGTERM .* timed out$' <<<"$output"
+	grep -Eq '^ +1  SIGTERM .* timed out$' <<<"$output"
+}
