@@ -66,37 +66,51 @@ static void map_flags(void)
 {
 	char path[128];
 	const char *port = getenv("MASTER_PORT");
-	snprintf(path, sizeof path, "/dev/shm/distrun-gpu-test-%s",
-		 port ? port : "0");
-	int fd = open(path, O_RDWR | O_CREAT, 0600);
 	size_t len = 4096;
 	void *p = MAP_FAILED;
-	if (fd >= 0 && ftruncate(fd, (off_t)len) == 0)
+	int fd = -1, registered = 0;
+
+	/* Rank 0 makes the file afresh (zeros; a stale one from a crashed
+	 * run could hold flags already set), the others open it after. */
+	snprintf(path, sizeof path, "/dev/shm/distrun-gpu-test-%s",
+		 port ? port : "0");
+	if (rank == 0) {
+		unlink(path);
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd >= 0 && ftruncate(fd, (off_t)len) != 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	dr_barrier(NULL, NULL, NULL, 0);
+	if (rank != 0)
+		fd = open(path, O_RDWR);
+	if (fd >= 0) {
 		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (fd >= 0)
 		close(fd);
-	if (p != MAP_FAILED &&
-	    cudaHostRegister(p, len, cudaHostRegisterMapped) == cudaSuccess) {
+	}
+	if (p != MAP_FAILED)
+		registered = cudaHostRegister(p, len, cudaHostRegisterMapped) ==
+			cudaSuccess;
+	cudaGetLastError();
+	/* Shared flags only if every rank has them. */
+	dr_all_reduce(&registered, 1, DR_INT32, DR_MIN, NULL, NULL);
+	if (rank == 0)
+		unlink(path);
+	if (registered) {
 		flags = (volatile int *)p;
 		shared_flags = 1;
-		/* Every rank has opened it once all pass this barrier. */
-		dr_barrier(NULL, NULL, NULL, 0);
-		if (rank == 0)
-			unlink(path);
 		return;
 	}
-	cudaGetLastError();
-	printf("note - rank %d: cannot register a shared mapping with CUDA; "
+	printf("note - rank %d: cannot share a mapping registered with CUDA; "
 	       "checking this rank's own flag only\n", rank);
-	if (p != MAP_FAILED)
-		munmap(p, len);
 	void *h = NULL;
 	if (cudaHostAlloc(&h, len, cudaHostAllocMapped) != cudaSuccess) {
 		fprintf(stderr, "rank %d: cudaHostAlloc failed\n", rank);
 		exit(1);
 	}
+	memset(h, 0, len);
 	flags = (volatile int *)h;
-	dr_barrier(NULL, NULL, NULL, 0);
 }
 
 /* After a barrier: 1 if every flag we can see holds value or more (a fast
