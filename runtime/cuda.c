@@ -50,7 +50,8 @@
  *
  * Environment: DISTRUN_CUDA=0 turns CUDA off; DISTRUN_CUDA_LIB names
  * another driver library (tests: the toolkit's stub, a fake);
- * DISTRUN_CUDA_CHUNK sets the staging chunk in bytes (default 4 MiB).
+ * DISTRUN_CUDA_CHUNK fixes the staging chunk in bytes (default: a quarter
+ * of the call, 4 to 16 MiB).
  */
 #include <dlfcn.h>
 #include <link.h>
@@ -117,7 +118,14 @@ typedef struct CUevent_st *CUevent;
 /* Pinned slots per stager: chunk k's network step runs while k+1 is being
  * copied in and k-1 copied out. */
 #define NSLOT 3
-#define DEFAULT_CHUNK_BYTES ((size_t)4 << 20)
+/* The chunk: a quarter of the call's bytes, kept between these bounds.
+ * Each chunk is a whole host collective, whose pipelined ring pays its
+ * fill again (2(p-1) pieces) - fewer, larger chunks; the first chunk's
+ * copy in and the last one's copy out are not overlapped - smaller
+ * chunks.  For 64 MiB the two costs balance near 16 MiB.
+ * DISTRUN_CUDA_CHUNK (bytes) fixes it instead. */
+#define MIN_CHUNK_BYTES ((size_t)4 << 20)
+#define MAX_CHUNK_BYTES ((size_t)16 << 20)
 
 /* One set of side streams, events and pinned slots.  A collective takes
  * one from its device's pool for its whole run and gives it back: two
@@ -149,7 +157,7 @@ static struct {
 	void *lib;
 	int ndev;
 	cu_device *dev;
-	size_t chunk_bytes;
+	size_t chunk_bytes;  /* DISTRUN_CUDA_CHUNK; 0: by size */
 	char why[256];
 } cu;
 
@@ -258,8 +266,7 @@ static void cu_load(void)
 	const char *cb = getenv("DISTRUN_CUDA_CHUNK");
 	char *end = NULL;
 	unsigned long long v = cb ? strtoull(cb, &end, 10) : 0;
-	cu.chunk_bytes = (cb && end != cb && !*end && v >= 4096) ?
-		(size_t)v : DEFAULT_CHUNK_BYTES;
+	cu.chunk_bytes = (cb && end != cb && !*end && v >= 4096) ? (size_t)v : 0;
 	atomic_store(&cu_state, CU_OK);
 	return;
 fail:
@@ -1002,7 +1009,13 @@ dr_err dri_cuda_run_staged(dri_op *op)
 		size_t factor = coll == DRI_ALL_GATHER ? (size_t)g.n :
 			coll == DRI_REDUCE_SCATTER ? (size_t)g.n + 1 : 1;
 		size_t net = coll == DRI_REDUCE_SCATTER ? (size_t)g.n : factor;
-		g.chunk = cu.chunk_bytes / (net * g.esz);
+		size_t cb = cu.chunk_bytes;
+		if (!cb) {
+			cb = op->count * net * g.esz / 4;
+			cb = cb < MIN_CHUNK_BYTES ? MIN_CHUNK_BYTES :
+				cb > MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : cb;
+		}
+		g.chunk = cb / (net * g.esz);
 		if (g.chunk == 0)
 			g.chunk = 1;
 		if (op->count && g.chunk > op->count)
