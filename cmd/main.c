@@ -124,8 +124,14 @@ int main(int argc, char **argv)
 	if (port_reserve(&job))
 		goto out;
 	rc = spawn_prepare(&job);
-	if (rc)
+	if (rc) {
+		/* The program cannot run (126, 127): CI still gets a report. */
+		job.exit_status = rc;
+		job.real_t1 = now_real();
+		if (o.report && rc >= EXIT_NOEXEC)
+			report_json(&job);
 		goto out;
+	}
 	rc = 1;
 	if (mux_init(&job) || guard_start(&job))
 		goto out;

@@ -156,7 +156,9 @@ static const char *job_reason(const struct job *job)
 		return "timeout";
 	if (job->stop_signal)
 		return "signal";
-	return "ok";
+	if (job->exit_status == EXIT_NOEXEC || job->exit_status == EXIT_NOTFOUND)
+		return "cannot run";
+	return job->exit_status ? "error" : "ok";
 }
 
 int report_json(struct job *job)

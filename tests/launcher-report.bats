@@ -2,6 +2,7 @@
 # The timing summary and the JSON report.
 
 load common
+bats_require_minimum_version 1.5.0
 
 @test "no summary when every rank succeeds, unless -v or --summary" {
 	run "$DISTRUN" -n 2 true
@@ -89,4 +90,11 @@ if os.environ["RANK"] == "1":
 	run "$DISTRUN" -n 1 --report /proc/nonexistent/r.json true
 	[ "$status" -eq 1 ]
 	grep -q '^distrun: --report /proc/nonexistent/r.json: ' <<<"$output"
+}
+
+@test "--report is written even when the program cannot run" {
+	f=$BATS_TEST_TMPDIR/r.json
+	run -127 "$DISTRUN" -n 2 --report "$f" ./no/such/program
+	[ "$(jq -r '"\(.exit_status) \(.reason) \(.world_size)"' "$f")" = "127 cannot run 2" ]
+	[ "$(jq -r '[.ranks[].state] | unique | join(",")' "$f")" = "not started" ]
 }
