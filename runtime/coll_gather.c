@@ -62,64 +62,51 @@ out:
 	return err;
 }
 
-/* Pieces a ring block travels in: a piece is forwarded as soon as it has
- * arrived, so that every link of the ring carries data at once instead of
- * each step waiting for the whole of the previous one. */
-#define RING_PIECE ((size_t)512 << 10)
-
+/* Every receive of the ring lands in its final place, so all are posted
+ * up front, and step s sends the block step s-1 received as soon as it is
+ * in.  (Cutting blocks in pieces forwarded one by one only absorbs the
+ * skew between ranks, since every link is busy at every step anyway; on
+ * 2 cores with 4 ranks 512 KiB pieces made a 64 MiB all_gather 4x slower.) */
 static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
 {
 	const dr_group *g = op->group;
-	int p = g->size, r = g->rank;
+	int p = g->size, r = g->rank, n = p - 1, nrecv = 0, nsent = 0;
 	int right = dri_peer(g, dri_mod(r + 1, p));
 	int left = dri_peer(g, dri_mod(r - 1, p));
-	size_t np = blk ? (blk + RING_PIECE - 1) / RING_PIECE : 1;
-	size_t n = (size_t)(p - 1) * np;
-	dri_req *rr = dri_scratch(2 * n * sizeof(*rr)), *sr = rr ? rr + n : NULL;
-	size_t nrecv = 0, nsent = 0;
+	dri_req *rr = dri_scratch(2 * (size_t)n * sizeof(*rr)), *sr = rr ? rr + n : NULL;
 	dr_err err = DR_ENOMEM;
 
 	if (!rr)
 		return err;
-	/* Every receive lands in its final place: post them all now. */
 	err = DR_OK;
-	for (size_t i = 0; i < n && !err; i++) {
-		int s = (int)(i / np);
-		size_t k = i % np, off = k * RING_PIECE;
-		size_t len = blk - off < RING_PIECE ? blk - off : RING_PIECE;
-		char *dst = out + (size_t)dri_ring_ag_send(r - 1, s, p) * blk + off;
-
-		err = dri_irecv(&rr[i], &op->id, left, dst, len);
+	for (int s = 0; s < n && !err; s++) {
+		err = dri_irecv(&rr[s], &op->id, left,
+				out + (size_t)dri_ring_ag_send(r - 1, s, p) * blk, blk);
 		if (!err)
 			nrecv++;
 	}
-	/* Step s sends what step s-1 received (step 0: our own block). */
-	for (size_t i = 0; i < n && !err; i++) {
-		int s = (int)(i / np);
-		size_t k = i % np, off = k * RING_PIECE;
-		size_t len = blk - off < RING_PIECE ? blk - off : RING_PIECE;
-
+	for (int s = 0; s < n && !err; s++) {
 		if (s > 0)
-			err = dri_waitall(&rr[i - np], 1);
+			err = dri_waitall(&rr[s - 1], 1);
 		if (!err)
-			err = dri_isend(&sr[i], &op->id, right,
-					out + (size_t)dri_ring_ag_send(r, s, p) * blk + off,
-					len);
+			err = dri_isend(&sr[s], &op->id, right,
+					out + (size_t)dri_ring_ag_send(r, s, p) * blk,
+					blk);
 		if (!err)
 			nsent++;
 	}
 	if (!err)
-		err = dri_waitall(&rr[n - np], (int)np);
+		err = dri_waitall(&rr[n - 1], 1);
 	/* On success this only waits for the sends; after an error (which
 	 * aborts the transport) every request is already finished, and this
 	 * makes sure none is left pointing into freed memory. */
 	if (nsent) {
-		dr_err serr = dri_waitall(sr, (int)nsent);
+		dr_err serr = dri_waitall(sr, nsent);
 		if (!err)
 			err = serr;
 	}
 	if (err && nrecv)
-		dri_waitall(rr, (int)nrecv);
+		dri_waitall(rr, nrecv);
 	free(rr);
 	return err;
 }
