@@ -146,7 +146,7 @@ mismatch() {
 	! grep -q 'Ranks 1, 3' <<<"$output"
 }
 
-@test "64 ranks: barrier, all_reduce and all_gather" {
+@test "64 ranks: barrier, all_reduce, all_gather and all_to_all" {
 	passes 64 smoke
 }
 

@@ -14,7 +14,8 @@
  *   async          many operations in flight, waited in scrambled order
  *   monitored ALL  ranks 1 and 3 skip a monitored barrier (ALL =
  *                  wait_all_ranks)
- *   smoke          barrier, all_reduce and all_gather (for large jobs)
+ *   smoke          barrier, all_reduce, all_gather and (up to 64 ranks)
+ *                  all_to_all, for large jobs
  *
  * Prints "rank R: ok, N checks" and exits 0, or names the first difference
  * and exits 1.
@@ -676,6 +677,18 @@ static void mode_smoke(void)
 	for (int r = 0; r < world; r++)
 		if (all[r] != r)
 			FAIL("all_gather: slot %d holds %d", r, all[r]);
+	/* all_to_all in several windows of pairwise steps (it touches every
+	 * peer, so not on the largest jobs) */
+	if (world <= 64) {
+		int32_t *in = alloc((size_t)world * sizeof(int32_t));
+		for (int r = 0; r < world; r++)
+			in[r] = rank * 1000 + r;
+		CHECK_OK(dr_all_to_all(in, all, 1, DR_INT32, NULL, NULL));
+		for (int r = 0; r < world; r++)
+			if (all[r] != r * 1000 + rank)
+				FAIL("all_to_all: slot %d holds %d", r, all[r]);
+		free(in);
+	}
 	CHECK_OK(dr_barrier(NULL, NULL, NULL, 0));
 	free(all);
 	if (rank == world - 1) { /* connections are made lazily: how many? */
