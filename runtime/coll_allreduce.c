@@ -35,7 +35,7 @@ static dr_err allreduce_rd(dri_op *op)
 	while (pof2 * 2 <= p)
 		pof2 *= 2;
 	rem = p - pof2;
-	tmp = dri_scratch(bytes);
+	tmp = dri_scratch_keep(bytes);
 	if (!tmp)
 		return DR_ENOMEM;
 	if (r < 2 * rem) {
@@ -68,7 +68,6 @@ static dr_err allreduce_rd(dri_op *op)
 	}
 	if (!err)
 		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop, p);
-	free(tmp);
 	return err;
 }
 
@@ -89,6 +88,7 @@ static dr_err allreduce_ring(dri_op *op)
 	int right = dri_peer(g, dri_mod(r + 1, p));
 	int left = dri_peer(g, dri_mod(r - 1, p));
 	size_t es = dr_dtype_size(op->dtype), pe = RING_PIECE / es, np, st, n;
+	size_t nreq;
 	char *buf = op->buf, *tmp = NULL;
 	size_t *off = NULL;
 	dri_req *rr = NULL, *sr = NULL, *ag = NULL;
@@ -104,60 +104,31 @@ static dr_err allreduce_ring(dri_op *op)
 	np = (off[1] - off[0] + pe - 1) / pe;
 	if (!np)
 		np = 1;
-	tmp = dri_scratch(np * pe * es);
-	rr = malloc(np * sizeof(*rr));
-	sr = malloc((size_t)steps * np * sizeof(*sr));
-	ag = malloc((size_t)steps * np * sizeof(*ag));
+	nreq = (size_t)steps * np;
+	/* A slot per step and piece, so that every receive of the call can
+	 * be posted before any data comes: all of it lands where it belongs
+	 * instead of in the unexpected queue. */
+	tmp = dri_scratch_keep(nreq * pe * es);
+	rr = malloc(nreq * sizeof(*rr));
+	sr = malloc(nreq * sizeof(*sr));
+	ag = malloc(nreq * sizeof(*ag));
 	if (!tmp || !rr || !sr || !ag)
 		goto out;
 
-	/* Reduce-scatter: step s sends block r - s, receives block r - s - 1. */
-	for (size_t j = 0; j < np; j++) {
-		piece(off, pe, dri_mod(r - 1, p), j, &st, &n);
-		err = dri_irecv(&rr[j], &op->id, left, tmp + j * pe * es, n * es);
-		if (err)
-			goto out;
-		piece(off, pe, r, j, &st, &n);
-		err = dri_isend(&sr[j], &op->id, right, buf + st * es, n * es);
-		if (err)
-			goto out;
-	}
-	for (int s = 0; s < steps; s++) {
-		int rb = dri_mod(r - s - 1, p);
+	/* Reduce-scatter: step s sends block r - s and receives block
+	 * r - s - 1 into its slots.  All-gather: step s receives block r - s
+	 * straight into buf.  Its data can only come once this rank's share of
+	 * that block has left (it is in the final value), so posting it now
+	 * is safe.  Receives from left are matched in the order posted,
+	 * which is the order left sends in. */
+	for (int s = 0; s < steps; s++)
 		for (size_t j = 0; j < np; j++) {
-			err = dri_waitall(&rr[j], 1);
-			if (err)
-				goto out;
-			piece(off, pe, rb, j, &st, &n);
-			err = dri_reduce(buf + st * es, tmp + j * pe * es, n,
-					 op->dtype, op->redop);
-			if (err)
-				goto out;
-			if (s + 1 == steps)
-				continue;
-			/* Forward the piece just reduced; reuse its slot. */
-			err = dri_isend(&sr[(size_t)(s + 1) * np + j], &op->id,
-					right, buf + st * es, n * es);
-			if (err)
-				goto out;
-			size_t st2, n2;
-			piece(off, pe, dri_mod(r - s - 2, p), j, &st2, &n2);
-			err = dri_irecv(&rr[j], &op->id, left, tmp + j * pe * es,
-					n2 * es);
+			piece(off, pe, dri_mod(r - s - 1, p), j, &st, &n);
+			err = dri_irecv(&rr[(size_t)s * np + j], &op->id, left,
+					tmp + ((size_t)s * np + j) * pe * es, n * es);
 			if (err)
 				goto out;
 		}
-	}
-	err = dri_waitall(sr, (int)((size_t)steps * np));
-	if (err)
-		goto out;
-	{
-		int own = dri_mod(r + 1, p);
-		dri_reduce_finish(buf + off[own] * es, off[own + 1] - off[own],
-				  op->dtype, op->redop, p);
-	}
-
-	/* All-gather: step s sends block r + 1 - s, receives block r - s. */
 	for (int s = 0; s < steps; s++)
 		for (size_t j = 0; j < np; j++) {
 			piece(off, pe, dri_mod(r - s, p), j, &st, &n);
@@ -167,6 +138,43 @@ static dr_err allreduce_ring(dri_op *op)
 				goto out;
 		}
 	for (size_t j = 0; j < np; j++) {
+		piece(off, pe, r, j, &st, &n);
+		err = dri_isend(&sr[j], &op->id, right, buf + st * es, n * es);
+		if (err)
+			goto out;
+	}
+	for (int s = 0; s < steps; s++) {
+		int rb = dri_mod(r - s - 1, p);
+		for (size_t j = 0; j < np; j++) {
+			size_t k = (size_t)s * np + j;
+			err = dri_waitall(&rr[k], 1);
+			if (err)
+				goto out;
+			piece(off, pe, rb, j, &st, &n);
+			err = dri_reduce(buf + st * es, tmp + k * pe * es, n,
+					 op->dtype, op->redop);
+			if (err)
+				goto out;
+			/* Forward the piece just reduced. */
+			if (s + 1 < steps)
+				err = dri_isend(&sr[k + np], &op->id, right,
+						buf + st * es, n * es);
+			if (err)
+				goto out;
+		}
+	}
+	err = dri_waitall(sr, (int)nreq);
+	if (err)
+		goto out;
+	{
+		int own = dri_mod(r + 1, p);
+		dri_reduce_finish(buf + off[own] * es, off[own + 1] - off[own],
+				  op->dtype, op->redop, p);
+	}
+
+	/* All-gather: step s sends block r + 1 - s; a piece received at step
+	 * s is forwarded at step s + 1. */
+	for (size_t j = 0; j < np; j++) {
 		piece(off, pe, dri_mod(r + 1, p), j, &st, &n);
 		err = dri_isend(&sr[j], &op->id, right, buf + st * es, n * es);
 		if (err)
@@ -174,21 +182,21 @@ static dr_err allreduce_ring(dri_op *op)
 	}
 	for (int s = 0; s < steps; s++)
 		for (size_t j = 0; j < np; j++) {
-			err = dri_waitall(&ag[(size_t)s * np + j], 1);
+			size_t k = (size_t)s * np + j;
+			err = dri_waitall(&ag[k], 1);
 			if (err)
 				goto out;
 			if (s + 1 == steps)
 				continue;
 			piece(off, pe, dri_mod(r - s, p), j, &st, &n);
-			err = dri_isend(&sr[(size_t)(s + 1) * np + j], &op->id,
-					right, buf + st * es, n * es);
+			err = dri_isend(&sr[k + np], &op->id, right,
+					buf + st * es, n * es);
 			if (err)
 				goto out;
 		}
-	err = dri_waitall(sr, (int)((size_t)steps * np));
+	err = dri_waitall(sr, (int)nreq);
 out:
 	free(off);
-	free(tmp);
 	free(rr);
 	free(sr);
 	free(ag);

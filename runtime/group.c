@@ -56,6 +56,27 @@ static struct {
 };
 
 static _Thread_local int64_t cur_timeout_ms;
+static _Thread_local void *scratch;
+static _Thread_local size_t scratch_len;
+
+void *dri_scratch_keep(size_t n)
+{
+	if (n && n <= scratch_len)
+		return scratch;
+	free(scratch);
+	scratch = malloc(n ? n : 1);
+	scratch_len = scratch ? n : 0;
+	if (!scratch)
+		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
+	return scratch;
+}
+
+void dri_scratch_release(void)
+{
+	free(scratch);
+	scratch = NULL;
+	scratch_len = 0;
+}
 
 int64_t dri_op_timeout_ms(void)
 {
@@ -232,6 +253,7 @@ static void *progress_main(void *arg)
 		timed_wait(1000);
 	}
 	pthread_mutex_unlock(&G.mu);
+	dri_scratch_release();
 	return NULL;
 }
 

@@ -481,6 +481,7 @@ dr_err dr_destroy_process_group(void)
 				"process group has not been initialized");
 	dri_groups_shutdown();
 	dri_transport_stop();
+	dri_scratch_release();
 	dri_store_close(I.st);
 	dri_store_server_stop(I.srv);
 	I.st = NULL;
