@@ -64,9 +64,15 @@ bats_require_minimum_version 1.5.0
 @test "20 concurrent jobs get 20 different master ports" {
 	dir=$BATS_TEST_TMPDIR
 	for i in $(seq 20); do
-		# Each job holds its port until rank 0 has printed it and the
-		# file exists, so the 20 jobs overlap.
-		"$DISTRUN" -n 2 --raw sh -c '[ "$RANK" = 0 ] && echo $MASTER_PORT; sleep 0.5' >"$dir/port.$i" &
+		# Rank 0 of each job prints its port, then waits until all 20
+		# jobs have printed theirs, so that the 20 surely overlap.
+		"$DISTRUN" -n 2 --raw sh -c '
+			[ "$RANK" = 0 ] || exit 0
+			echo "$MASTER_PORT"
+			i=0
+			while [ "$(cat "$0"/port.* | wc -l)" -lt 20 ] && [ $i -lt 600 ]; do
+				sleep 0.05; i=$((i + 1))
+			done' "$dir" >"$dir/port.$i" &
 	done
 	wait
 	[ "$(cat "$dir"/port.* | grep -c '^[0-9][0-9]*$')" -eq 20 ]
