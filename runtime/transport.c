@@ -321,12 +321,15 @@ dr_err dri_transport_listen(int rank, int world_size, int *port)
 	tp.listen_fd = fd;
 	tp.rank = rank;
 	tp.size = world_size;
-	/* Spinning only pays when every rank has a core of its own. */
+	/* Spinning only pays when every rank has a core of its own, and only
+	 * briefly: a message from a peer in step comes within a few
+	 * microseconds, and a longer spin on a shared machine takes the core
+	 * the peer needs (50 us made a 2-rank barrier 5x slower here). */
 	spin = getenv("DISTRUN_SPIN_US");
 	if (spin && *spin)
 		tp.spin_us = atoll(spin);
 	else
-		tp.spin_us = world_size <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
+		tp.spin_us = world_size <= sysconf(_SC_NPROCESSORS_ONLN) ? 10 : 0;
 	return DR_OK;
 }
 
