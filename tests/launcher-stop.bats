@@ -206,9 +206,10 @@ stop_by_signal() {
 	start_job -n 4 "$TESTDATA/hang" --fork --exit
 	finish
 	[ "$DSTATUS" -eq 0 ]
-	gone $(job_pids)
-	# distrun is gone too, and had no child left when it ended.
-	! ps -o pid= --ppid "$DPID"
+	pids=$(job_pids)
+	[ "$(wc -w <<<"$pids")" -eq 8 ]
+	# distrun reaped the ranks and (as their subreaper) their children.
+	gone $pids
 }
 
 @test "a rank's child that left its process group (setsid) is stopped too" {
