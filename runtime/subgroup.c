@@ -16,6 +16,7 @@
  * list both come back unchanged; otherwise every rank sees a difference
  * and fails with DR_EMISMATCH.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,28 +100,37 @@ static dr_err check_ranks(const int *ranks, int n, int world)
 dr_err dr_new_group(const int *ranks, int n, dr_group **group)
 {
 	dri_op op = { 0 };
-	uint64_t h, acc[2];
+	uint64_t h = 0, acc[2];
 	int *sorted = NULL;
+	char why[256];
 	dr_group *world;
-	dr_err err;
+	dr_err err, bad;
 
 	if (!group)
 		return dri_fail(DR_EINVAL, "new_group: group is NULL");
 	*group = NULL;
 	err = dri_coll_group("new_group", NULL, &world);
-	if (!err)
-		err = check_ranks(ranks, n, world->size);
 	if (err)
 		return err;
-	sorted = malloc((size_t)n * sizeof(*sorted));
-	if (!sorted)
-		return dri_fail(DR_ENOMEM, "new_group: out of memory");
-	memcpy(sorted, ranks, (size_t)n * sizeof(*sorted));
-	qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
-
-	h = hash_ranks(sorted, n);
-	acc[0] = h;
-	acc[1] = ~h;
+	/* A rank whose list is bad still takes part in the agreement, with a
+	 * value no list hashes to in practice, so that the others fail at
+	 * once instead of waiting for it until the timeout. */
+	bad = check_ranks(ranks, n, world->size);
+	if (!bad) {
+		sorted = malloc((size_t)n * sizeof(*sorted));
+		if (!sorted)
+			bad = dri_fail(DR_ENOMEM, "new_group: out of memory");
+	}
+	if (bad) {
+		snprintf(why, sizeof(why), "%s", dr_last_error());
+		acc[0] = acc[1] = UINT64_MAX;
+	} else {
+		memcpy(sorted, ranks, (size_t)n * sizeof(*sorted));
+		qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
+		h = hash_ranks(sorted, n);
+		acc[0] = h;
+		acc[1] = ~h;
+	}
 	op.run = agree_run;
 	op.id.coll = DRI_NEW_GROUP;
 	op.id.count = (uint64_t)n;
@@ -133,6 +143,10 @@ dr_err dr_new_group(const int *ranks, int n, dr_group **group)
 	op.root = -1;
 	op.device = -1;
 	err = dri_submit(&op, NULL);
+	if (bad) {
+		err = dri_fail(bad, "%s", why);
+		goto out;
+	}
 	if (err)
 		goto out;
 	if (acc[0] != h || acc[1] != ~h) {

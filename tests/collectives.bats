@@ -124,6 +124,15 @@ mismatch() {
 	mismatch new_group 'new_group'
 }
 
+@test "new_group with a bad list on one rank: it gets DR_EINVAL, the others do not wait" {
+	ranks 3 mismatch new_group_bad
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[2\] rank 2: DR_EINVAL: new_group: rank 0 appears twice' <<<"$output"
+	grep -q '^\[0\] rank 0: DR_EMISMATCH: new_group' <<<"$output"
+	grep -q '^\[1\] rank 1: DR_EMISMATCH: new_group' <<<"$output"
+}
+
 @test "a receive of another count than was sent: DR_EMISMATCH" {
 	mismatch p2p 'count=3' 'count=2'
 }

@@ -458,7 +458,14 @@ static void mode_mismatch(const char *call)
 	else if (!strcmp(call, "p2p")) /* a receive of another count */
 		err = rank == 0 ? dr_send(a, 2, DR_FLOAT32, world - 1, 5, NULL)
 		    : odd ? dr_recv(a, 3, DR_FLOAT32, 0, 5, NULL, NULL) : DR_OK;
-	else if (!strcmp(call, "new_group")) {
+	else if (!strcmp(call, "new_group_bad")) {
+		/* only the odd rank's list is bad: it says so, the others
+		 * must not wait for it */
+		int good[] = { 0, 1 }, dup[] = { 0, 0 };
+		dr_group *g = NULL;
+		err = dr_new_group(odd ? dup : good, 2, &g);
+		dr_group_destroy(g);
+	} else if (!strcmp(call, "new_group")) {
 		int g1[] = { 0, 1 }, g2[] = { 0, world - 1 };
 		dr_group *g = NULL;
 		err = dr_new_group(odd ? g2 : g1, 2, &g);
