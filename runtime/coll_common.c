@@ -6,7 +6,6 @@
  * bad call fails on the calling rank alone with a message naming the call
  * and the argument, and its peers never see a half-started collective.
  */
-#include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -92,30 +91,6 @@ dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
 	return err ? err : werr;
 }
 
-/* dl_iterate_phdr callback: stops (1) at a loaded libcuda. */
-static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	(void)data;
-	return info->dlpi_name && strstr(info->dlpi_name, "libcuda.so") != NULL;
-}
-
-/* The device of a buffer, or -1.  No pointer can be device memory before
- * the driver library is in the process, and asking the loader's in-memory
- * list costs well under a microsecond, whereas a dlopen(RTLD_NOLOAD) of a
- * library that is not loaded searches the library path on disk on every
- * call (a millisecond and more on a busy machine: it made a 64-byte
- * all_gather 50x slower than a barrier).  With DISTRUN_CUDA_LIB set (a
- * driver under another name, e.g. the tests' fake one) cuda.c decides. */
-static int buf_device(const void *p)
-{
-	const char *lib = getenv("DISTRUN_CUDA_LIB");
-
-	if (!p || ((!lib || !*lib) && !dl_iterate_phdr(find_libcuda, NULL)))
-		return -1;
-	return dri_cuda_ptr_device(p);
-}
-
 void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 		 dr_group *g, const void *sendbuf, void *buf, size_t count,
 		 dr_dtype dtype, int redop, int root)
@@ -133,7 +108,7 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 	op->dtype = dtype;
 	op->redop = redop < 0 ? DR_SUM : (dr_op)redop;
 	op->root = root;
-	op->device = buf_device(buf ? buf : sendbuf);
+	op->device = dri_cuda_ptr_device(buf ? buf : sendbuf);
 }
 
 dr_err dri_rooted_run(dri_op *op, dri_rooted_fn tree, dri_rooted_fn direct)
