@@ -103,8 +103,9 @@ static dr_err monitored_member(const dri_op *op)
 	err = dri_waitall_timeout(reqs, 2, 2 * op->timeout_ms);
 	if (err == DR_ETIMEDOUT)
 		return dri_fail(err, "Rank %d failed to pass monitoredBarrier "
-				"in %" PRId64 " ms (no verdict from it)",
-				dri_peer(g, 0), op->timeout_ms);
+				"in %" PRId64 " ms (no verdict from it in twice "
+				"that: it did not arrive, or gave up on this rank "
+				"arriving late)", dri_peer(g, 0), op->timeout_ms);
 	if (err)
 		return err;
 	verdict[VERDICT_LEN - 1] = '\0';
