@@ -155,6 +155,14 @@ mismatch() {
 	! grep -q 'Ranks 1, 3' <<<"$output"
 }
 
+@test "monitored barrier whose rank 0 does not come: the others name it" {
+	ranks 3 monitored root
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[1\] rank 1: DR_ETIMEDOUT: Rank 0 failed to pass monitoredBarrier' <<<"$output"
+	grep -q '^\[2\] rank 2: DR_ETIMEDOUT: Rank 0 failed to pass monitoredBarrier' <<<"$output"
+}
+
 @test "64 ranks: barrier, all_reduce, all_gather and all_to_all" {
 	passes 64 smoke
 }

@@ -12,8 +12,8 @@
  *                  DR_ENOTMEMBER on every call
  *   p2p            order per (source, tag); DR_ANY_SOURCE reports senders
  *   async          many operations in flight, waited in scrambled order
- *   monitored ALL  ranks 1 and 3 skip a monitored barrier (ALL =
- *                  wait_all_ranks)
+ *   monitored HOW  ranks 1 and 3 skip a monitored barrier (HOW: all =
+ *                  wait_all_ranks, first = not, root = rank 0 skips it)
  *   smoke          barrier, all_reduce, all_gather and (up to 64 ranks)
  *                  all_to_all, for large jobs
  *
@@ -650,9 +650,10 @@ static void mode_async(void)
 	}
 }
 
-static void mode_monitored(int wait_all)
+/* Ranks 1 and 3 skip a monitored barrier (skip_root: rank 0 does). */
+static void mode_monitored(int wait_all, int skip_root)
 {
-	int skip = rank == 1 || rank == 3;
+	int skip = skip_root ? rank == 0 : rank == 1 || rank == 3;
 	int32_t token = 0;
 
 	if (!skip) {
@@ -661,8 +662,14 @@ static void mode_monitored(int wait_all)
 		       err ? dr_last_error() : "");
 		fflush(stdout);
 	}
-	/* the skipping ranks stay until rank 0 is done with them */
-	if (rank == 0) {
+	/* the skipping ranks stay until the others are done with them */
+	if (skip_root) {
+		if (rank == 0)
+			for (int r = 1; r < world; r++)
+				CHECK_OK(dr_recv(&token, 1, DR_INT32, r, 99, NULL, NULL));
+		else
+			CHECK_OK(dr_send(&token, 1, DR_INT32, 0, 99, NULL));
+	} else if (rank == 0) {
 		for (int r = 1; r <= 3 && r < world; r += 2)
 			CHECK_OK(dr_send(&token, 1, DR_INT32, r, 99, NULL));
 	} else if (skip) {
@@ -733,7 +740,8 @@ int main(int argc, char **argv)
 	else if (!strcmp(mode, "async"))
 		mode_async();
 	else if (!strcmp(mode, "monitored"))
-		mode_monitored(argc > 2 && !strcmp(argv[2], "all"));
+		mode_monitored(argc > 2 && !strcmp(argv[2], "all"),
+			       argc > 2 && !strcmp(argv[2], "root"));
 	else if (!strcmp(mode, "smoke"))
 		mode_smoke();
 	else
