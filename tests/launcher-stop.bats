@@ -53,6 +53,17 @@ dead() {
 	done
 }
 
+# ends_with_nothing_left STATUS NPIDS: distrun ends with STATUS, and of
+# the NPIDS processes its ranks printed, none is left, not even a zombie
+# (distrun reaped the ranks and, as their subreaper, their children).
+ends_with_nothing_left() {
+	finish
+	[ "$DSTATUS" -eq "$1" ]
+	pids=$(job_pids)
+	[ "$(wc -w <<<"$pids")" -eq "$2" ]
+	gone $pids
+}
+
 # fail_when_ready GRACE CODE N [HANG_ARG]...: starts N ranks; all but
 # rank 0 run hang with HANG_ARGs, and rank 0 exits with CODE once they have
 # all printed their pids (it reads distrun's output file).
@@ -195,21 +206,12 @@ stop_by_signal() {
 
 @test "a failure stops the other ranks' children too" {
 	fail_when_ready 60s 9 3 --fork
-	finish
-	[ "$DSTATUS" -eq 9 ]
-	pids=$(job_pids)
-	[ "$(wc -w <<<"$pids")" -eq 4 ]
-	gone $pids
+	ends_with_nothing_left 9 4
 }
 
 @test "no zombie is left after a normal job" {
 	start_job -n 4 "$TESTDATA/hang" --fork --exit
-	finish
-	[ "$DSTATUS" -eq 0 ]
-	pids=$(job_pids)
-	[ "$(wc -w <<<"$pids")" -eq 8 ]
-	# distrun reaped the ranks and (as their subreaper) their children.
-	gone $pids
+	ends_with_nothing_left 0 8
 }
 
 @test "a rank's child that left its process group (setsid) is stopped too" {
