@@ -157,9 +157,16 @@ static void dest_writev(struct job *job, struct dest *d, struct iovec *iov,
 				poll(&p, 1, 1000);
 				continue;
 			}
-			/* EPIPE and the like: nobody reads any more. */
+			/* EPIPE: nobody reads any more, which stops the job
+			 * as SIGPIPE would.  Other errors (a full disk) are
+			 * told once; the job goes on without this output. */
 			d->broken = true;
-			job->output_broken = true;
+			if (errno == EPIPE)
+				job->output_broken = true;
+			else
+				fprintf(stderr, "distrun: writing the ranks' "
+					"output to fd %d: %s; dropping it\n",
+					d->fd, strerror(errno));
 			return;
 		}
 		while (cnt > 0 && (size_t)n >= iov->iov_len) {

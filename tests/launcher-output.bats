@@ -135,3 +135,9 @@ load common
 	run bash -c "'$DISTRUN' -n 2 --grace 10s '$TESTDATA/spew' 100000000000 | head -c 1000 >/dev/null; echo \${PIPESTATUS[0]}"
 	[ "${lines[-1]}" -eq 141 ]
 }
+
+@test "a full disk is told once; the job goes on and keeps its status" {
+	run sh -c '"$0" -n 2 sh -c "echo hi; echo there; exit 3" >/dev/full' "$DISTRUN"
+	[ "$status" -eq 3 ]
+	[ "$(grep -c 'No space left on device; dropping it' <<<"$output")" -eq 1 ]
+}
