@@ -132,8 +132,14 @@ load common
 }
 
 @test "a closed stdout stops the job (exit 141), no rank left behind" {
-	run bash -c "'$DISTRUN' -n 2 --grace 10s '$TESTDATA/spew' 100000000000 | head -c 1000 >/dev/null; echo \${PIPESTATUS[0]}"
+	f=$BATS_TEST_TMPDIR/r.json
+	run bash -c "'$DISTRUN' -n 2 --grace 10s --report '$f' '$TESTDATA/spew' 100000000000 | head -c 1000 >/dev/null; echo \${PIPESTATUS[0]}"
 	[ "${lines[-1]}" -eq 141 ]
+	[ "$(jq -r .signal "$f")" = SIGPIPE ]
+	for pid in $(jq '.ranks[].pid' "$f"); do
+		[ "$pid" -gt 0 ]
+		! ps -o pid= -p "$pid"
+	done
 }
 
 @test "a full disk is told once; the job goes on and keeps its status" {
