@@ -203,6 +203,165 @@ out:
 	return err;
 }
 
+/* Pieces in the element range of blocks [b, b + nb): at least one, so
+ * that both sides of an exchange post the same messages even when the
+ * range is empty. */
+static size_t range_pieces(const size_t *off, int b, int nb, size_t pe)
+{
+	size_t len = off[b + nb] - off[b];
+
+	return len ? (len + pe - 1) / pe : 1;
+}
+
+/* Length of piece j of a range of len elements. */
+static size_t piece_len(size_t len, size_t j, size_t pe)
+{
+	size_t s = j * pe;
+
+	return s >= len ? 0 : (len - s < pe ? len - s : pe);
+}
+
+/* Posts the receives of pieces of blocks [b, b + nb) from peer into dst
+ * (element 0 of the range at dst); *k counts the requests. */
+static dr_err post_range_recvs(const dri_op *op, int peer, const size_t *off,
+			       int b, int nb, size_t pe, char *dst,
+			       dri_req *reqs, size_t *k)
+{
+	size_t es = dr_dtype_size(op->dtype), len = off[b + nb] - off[b];
+	size_t n = range_pieces(off, b, nb, pe);
+	dr_err err = DR_OK;
+
+	for (size_t j = 0; j < n && !err; j++)
+		err = dri_irecv(&reqs[(*k)++], &op->id, peer, dst + j * pe * es,
+				piece_len(len, j, pe) * es);
+	return err;
+}
+
+static dr_err post_range_sends(const dri_op *op, int peer, const size_t *off,
+			       int b, int nb, size_t pe, dri_req *reqs,
+			       size_t *k)
+{
+	size_t es = dr_dtype_size(op->dtype), len = off[b + nb] - off[b];
+	size_t n = range_pieces(off, b, nb, pe);
+	char *src = (char *)op->buf + off[b] * es;
+	dr_err err = DR_OK;
+
+	for (size_t j = 0; j < n && !err; j++)
+		err = dri_isend(&reqs[(*k)++], &op->id, peer, src + j * pe * es,
+				piece_len(len, j, pe) * es);
+	return err;
+}
+
+/* Rabenseifner's all_reduce for p a power of two: reduce-scatter by
+ * recursive halving (step d: exchange with r ^ d the half of the current
+ * blocks the other keeps), then all-gather by recursive doubling.  The
+ * same bytes as the ring but lg p pairwise steps instead of p - 1 steps
+ * around the ring: when ranks outnumber cores, a pair can finish a step
+ * while the others wait for a core, instead of the whole ring waiting for
+ * its slowest member at every step. */
+static dr_err allreduce_halving(dri_op *op)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank;
+	size_t es = dr_dtype_size(op->dtype), pe = RING_PIECE / es;
+	size_t nrr = 0, nrs = 0, nar = 0, nas = 0, tlen = 0, kr, ks, t;
+	char *buf = op->buf, *tmp;
+	size_t *off;
+	dri_req *rr = NULL, *rs = NULL, *ar = NULL, *as = NULL;
+	dr_err err = DR_ENOMEM;
+
+	if (!pe)
+		pe = 1;
+	off = malloc((size_t)(p + 1) * sizeof(*off));
+	if (!off)
+		return dri_fail(DR_ENOMEM, "out of memory");
+	for (int i = 0; i <= p; i++)
+		off[i] = dri_block_off(op->count, p, i);
+	for (int d = p >> 1; d >= 1; d >>= 1) {
+		int keep = dri_rh_keep(r, d);
+		nrr += range_pieces(off, keep, d, pe);
+		nrs += range_pieces(off, dri_rh_keep(r ^ d, d), d, pe);
+		tlen += off[keep + d] - off[keep];
+		nar += range_pieces(off, dri_rd_start(r ^ d, d), d, pe);
+		nas += range_pieces(off, dri_rd_start(r, d), d, pe);
+	}
+	tmp = dri_scratch_keep(tlen * es);
+	rr = malloc(nrr * sizeof(*rr));
+	rs = malloc(nrs * sizeof(*rs));
+	ar = malloc(nar * sizeof(*ar));
+	as = malloc(nas * sizeof(*as));
+	if (!tmp || !rr || !rs || !ar || !as)
+		goto out;
+
+	/* Every receive first, in the order each partner sends: its
+	 * reduce-scatter piece, then its all-gather pieces (which land in
+	 * buf only after this rank's own contribution to them has left). */
+	kr = t = 0;
+	for (int d = p >> 1; d >= 1; d >>= 1) {
+		int keep = dri_rh_keep(r, d);
+		err = post_range_recvs(op, dri_peer(g, r ^ d), off, keep, d, pe,
+				       tmp + t * es, rr, &kr);
+		if (err)
+			goto out;
+		t += off[keep + d] - off[keep];
+	}
+	kr = 0;
+	for (int d = 1; d < p; d <<= 1) {
+		int from = dri_rd_start(r ^ d, d);
+		err = post_range_recvs(op, dri_peer(g, r ^ d), off, from, d, pe,
+				       buf + off[from] * es, ar, &kr);
+		if (err)
+			goto out;
+	}
+
+	kr = ks = t = 0;
+	for (int d = p >> 1; d >= 1; d >>= 1) {
+		int keep = dri_rh_keep(r, d), partner = dri_peer(g, r ^ d);
+		size_t k0 = ks, len = off[keep + d] - off[keep];
+		size_t n = range_pieces(off, keep, d, pe);
+		err = post_range_sends(op, partner, off, dri_rh_keep(r ^ d, d), d,
+				       pe, rs, &ks);
+		for (size_t j = 0; j < n && !err; j++, kr++) {
+			err = dri_waitall(&rr[kr], 1);
+			if (!err)
+				err = dri_reduce(buf + (off[keep] + j * pe) * es,
+						 tmp + (t + j * pe) * es,
+						 piece_len(len, j, pe), op->dtype,
+						 op->redop);
+		}
+		if (!err)
+			err = dri_waitall(&rs[k0], (int)(ks - k0));
+		if (err)
+			goto out;
+		t += len;
+	}
+	dri_reduce_finish(buf + off[r] * es, off[r + 1] - off[r], op->dtype,
+			  op->redop, p);
+
+	kr = ks = 0;
+	for (int d = 1; d < p; d <<= 1) {
+		int from = dri_rd_start(r ^ d, d), partner = dri_peer(g, r ^ d);
+		size_t k0 = ks, r0 = kr;
+		err = post_range_sends(op, partner, off, dri_rd_start(r, d), d, pe,
+				       as, &ks);
+		kr += range_pieces(off, from, d, pe);
+		if (!err)
+			err = dri_waitall(&ar[r0], (int)(kr - r0));
+		if (!err)
+			err = dri_waitall(&as[k0], (int)(ks - k0));
+		if (err)
+			goto out;
+	}
+	err = DR_OK;
+out:
+	free(off);
+	free(rr);
+	free(rs);
+	free(ar);
+	free(as);
+	return err;
+}
+
 static dr_err allreduce_run(dri_op *op)
 {
 	size_t bytes = op->count * dr_dtype_size(op->dtype);
@@ -213,6 +372,8 @@ static dr_err allreduce_run(dri_op *op)
 	}
 	if (bytes <= DRI_COLL_SMALL_BYTES || op->count < (size_t)op->group->size)
 		return allreduce_rd(op);
+	if (dri_is_pow2(op->group->size))
+		return allreduce_halving(op);
 	return allreduce_ring(op);
 }
 
