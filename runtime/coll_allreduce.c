@@ -7,9 +7,12 @@
  * 2 * (p - p') ranks fold pairwise first (the even one hands its buffer to
  * the odd one and sits out) and get the result back at the end.
  *
- * Large: the buffer is cut in p blocks; p - 1 ring steps reduce-scatter
- * them, so rank r ends owning block r + 1 fully reduced, and p - 1 more
- * gather them back.  Each block travels in pieces of RING_PIECE bytes and a
+ * Large, p a power of two: Rabenseifner's algorithm, recursive halving
+ * then recursive doubling (lg p pairwise steps each way).  Large, other p:
+ * the buffer is cut in p blocks; p - 1 ring steps reduce-scatter them, so
+ * rank r ends owning block r + 1 fully reduced, and p - 1 more gather them
+ * back.  In both, every receive of the call is posted before any data can
+ * come, so all of it lands in place (no unexpected-queue copies).  Each block travels in pieces of RING_PIECE bytes and a
  * piece is forwarded as soon as it has arrived (and been reduced), so the
  * network, the reduction and the next step overlap.  Every rank sends and
  * receives 2 (p - 1) / p of the buffer: the bandwidth optimum.
