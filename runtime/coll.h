@@ -26,6 +26,8 @@
 /* All_to_all posts this many pairwise steps at once, so that a large group
  * keeps a bounded number of messages in flight. */
 #define DRI_A2A_WINDOW 8
+/* ... unless its pieces are this large: then one step at a time. */
+#define DRI_A2A_LARGE ((size_t)32 << 10)
 
 /* ------------------------------------------------------------ arithmetic */
 
