@@ -1196,8 +1196,8 @@ static void on_readable(int i)
 /* ---------------------------------------------------------- the loop */
 
 /* One round of poll() with the lock released; the caller holds the lock
- * and tp.polling is 0. */
-static void poll_once(int wait_ms)
+ * and tp.polling is 0.  Returns how many descriptors had events. */
+static int poll_once(int wait_ms)
 {
 	int n = 0, need = 2 + tp.npend + tp.size;
 	int rc;
@@ -1209,7 +1209,7 @@ static void poll_once(int wait_ms)
 			tp.pfd = np;
 		if (!nw) {
 			abort_locked(DR_ENOMEM, "out of memory for poll set");
-			return;
+			return 0;
 		}
 		tp.pfd_who = nw;
 		tp.cap_pfd = need;
@@ -1285,6 +1285,7 @@ static void poll_once(int wait_ms)
 		}
 	}
 	pthread_cond_broadcast(&tp.cv);
+	return rc > 0 ? rc : 0;
 }
 
 static int64_t now_us(void)
@@ -1301,14 +1302,15 @@ static void cond_wait_ms(int64_t ms)
 	dri_cond_wait_ms(&tp.cv, &tp.mu, ms);
 }
 
-/* Progress one step: poll ourselves, or let the current poller work. */
-static void step_locked(int64_t wait_ms, int spin)
+/* Progress one step: poll ourselves, or let the current poller work.
+ * Returns whether anything happened on our poll. */
+static int step_locked(int64_t wait_ms, int spin)
 {
 	if (tp.polling) {
 		cond_wait_ms(wait_ms < 1 ? 1 : wait_ms);
-		return;
+		return 0;
 	}
-	poll_once(spin ? 0 : (int)(wait_ms > 1000 ? 1000 : wait_ms));
+	return poll_once(spin ? 0 : (int)(wait_ms > 1000 ? 1000 : wait_ms)) > 0;
 }
 
 void dri_transport_progress(int64_t timeout_ms)
@@ -1403,7 +1405,12 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
 				     r->peer);
 			break;
 		}
-		step_locked(left, spin_end && now_us() < spin_end);
+		/* Spin while bytes keep moving (a large message streaming
+		 * in would otherwise cost a sleep and a wake-up per socket
+		 * buffer's worth), block once nothing happened for spin_us. */
+		if (step_locked(left, spin_end && now_us() < spin_end) &&
+		    tp.spin_us)
+			spin_end = now_us() + tp.spin_us;
 	}
 	for (int k = 0; k < n && !err; k++)
 		if (reqs[k].complete && reqs[k].status)
