@@ -49,7 +49,6 @@ static dr_err all_to_all_run(dri_op *op)
 			goto out;
 		memcpy(copy, op->sendbuf, soff[p] * es);
 	}
-	memmove(out + roff[r] * es, in + soff[r] * es, (soff[r + 1] - soff[r]) * es);
 	/* Large pieces go one step at a time, as Open MPI's pairwise
 	 * exchange does: with every step in flight, a 64 MiB all_to_all on
 	 * 4 ranks took 1.5-2.5x longer here, the streams only fighting over
@@ -57,7 +56,8 @@ static dr_err all_to_all_run(dri_op *op)
 	if ((soff[p] > roff[p] ? soff[p] : roff[p]) * es / (size_t)p >= DRI_A2A_LARGE)
 		window = 1;
 	err = DR_OK;
-	for (int k0 = 1; k0 < p && !err; k0 += window) {
+	/* (a group of one goes round once, for its own piece) */
+	for (int k0 = 1; k0 == 1 || (k0 < p && !err); k0 += window) {
 		int n = 0;
 
 		for (int k = k0; k < p && k < k0 + window && !err; k++) {
@@ -80,6 +80,10 @@ static dr_err all_to_all_run(dri_op *op)
 			if (!err)
 				n++;
 		}
+		/* Our own piece, while the first step's bytes move. */
+		if (k0 == 1)
+			memmove(out + roff[r] * es, in + soff[r] * es,
+				(soff[r + 1] - soff[r]) * es);
 		err = dri_coll_wait(reqs, n, err);
 	}
 out:

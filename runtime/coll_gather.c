@@ -86,14 +86,18 @@ static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
 			nrecv++;
 	}
 	for (int s = 0; s < n && !err; s++) {
+		/* step 0 sends our block straight from sendbuf, and copies it
+		 * into place while it travels */
+		const char *src = s ? out + (size_t)dri_ring_ag_send(r, s, p) * blk
+				    : (const char *)op->sendbuf;
 		if (s > 0)
 			err = dri_waitall(&rr[s - 1], 1);
 		if (!err)
-			err = dri_isend(&sr[s], &op->id, right,
-					out + (size_t)dri_ring_ag_send(r, s, p) * blk,
-					blk);
+			err = dri_isend(&sr[s], &op->id, right, src, blk);
 		if (!err)
 			nsent++;
+		if (s == 0 && src != out + (size_t)r * blk)
+			memmove(out + (size_t)r * blk, src, blk);
 	}
 	if (!err)
 		err = dri_waitall(&rr[n - 1], 1);
@@ -118,12 +122,12 @@ static dr_err all_gather_run(dri_op *op)
 	size_t blk = op->count * dr_dtype_size(op->dtype);
 	char *out = op->buf;
 
+	if (p > 1 && blk * (size_t)p > DRI_COLL_SMALL_BYTES)
+		return all_gather_ring(op, out, blk); /* places our block itself */
 	if (out + (size_t)g->rank * blk != (const char *)op->sendbuf)
 		memmove(out + (size_t)g->rank * blk, op->sendbuf, blk);
 	if (p == 1)
 		return DR_OK;
-	if (blk * (size_t)p > DRI_COLL_SMALL_BYTES)
-		return all_gather_ring(op, out, blk);
 	if (dri_is_pow2(p))
 		return all_gather_rd(op, out, blk);
 	return all_gather_bruck(op, out, blk);
