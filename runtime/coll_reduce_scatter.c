@@ -51,57 +51,57 @@ out:
 	return err;
 }
 
+/* Posts pairwise step k: the receive of r - k's contribution to our block
+ * into slot, and the send of our input block r + k. */
+static dr_err rs_post(const dri_op *op, const char *in, const size_t *off,
+		      int k, dri_req *two, char *slot)
+{
+	const dr_group *g = op->group;
+	int p = g->size, r = g->rank, to = dri_pair_to(r, k, p);
+	size_t es = dr_dtype_size(op->dtype);
+	dr_err err;
+
+	err = dri_irecv(&two[1], &op->id, dri_peer(g, dri_pair_from(r, k, p)),
+			slot, (off[r + 1] - off[r]) * es);
+	if (!err)
+		err = dri_isend(&two[0], &op->id, dri_peer(g, to),
+				in + off[to] * es, (off[to + 1] - off[to]) * es);
+	return err;
+}
+
 static dr_err rs_pairwise(const dri_op *op, const char *in, const size_t *off,
 			  char *out)
 {
-	const dr_group *g = op->group;
-	int p = g->size, r = g->rank;
+	int p = op->group->size, r = op->group->rank;
 	size_t es = dr_dtype_size(op->dtype);
-	size_t mine = off[r + 1] - off[r];
-	char *tmp = dri_scratch_get(2 * mine * es);
+	size_t mine = (off[r + 1] - off[r]) * es;
+	char *tmp = dri_scratch_get(2 * mine);
 	dri_req reqs[4];
 	dr_err err = DR_ENOMEM;
 
 	if (!tmp)
 		goto out;
-	memcpy(out, in + off[r] * es, mine * es);
+	err = rs_post(op, in, off, 1, &reqs[2], tmp + mine);
+	if (err)
+		goto out;
+	/* our own contribution, while step 1's bytes travel */
+	memcpy(out, in + off[r] * es, mine);
 	for (int k = 1; k < p; k++) {
 		dri_req *cur = &reqs[(k % 2) * 2];
-		char *slot = tmp + (size_t)(k % 2) * mine * es;
+		char *slot = tmp + (size_t)(k % 2) * mine;
 
-		if (k == 1) {
-			int to = dri_pair_to(r, 1, p);
-			err = dri_irecv(&cur[1], &op->id,
-					dri_peer(g, dri_pair_from(r, 1, p)),
-					slot, mine * es);
-			if (!err)
-				err = dri_isend(&cur[0], &op->id, dri_peer(g, to),
-						in + off[to] * es,
-						(off[to + 1] - off[to]) * es);
-			if (err)
-				goto out;
-		}
 		err = dri_waitall(cur, 2);
 		if (err)
 			goto out;
+		/* Post the next step before reducing this one, so that its
+		 * bytes arrive while we add. */
 		if (k + 1 < p) {
-			/* Post the next step before reducing this one, so
-			 * that its bytes arrive while we add. */
-			dri_req *nxt = &reqs[((k + 1) % 2) * 2];
-			char *nslot = tmp + (size_t)((k + 1) % 2) * mine * es;
-			int to = dri_pair_to(r, k + 1, p);
-
-			err = dri_isend(&nxt[0], &op->id, dri_peer(g, to),
-					in + off[to] * es,
-					(off[to + 1] - off[to]) * es);
-			if (!err)
-				err = dri_irecv(&nxt[1], &op->id,
-						dri_peer(g, dri_pair_from(r, k + 1, p)),
-						nslot, mine * es);
+			err = rs_post(op, in, off, k + 1, &reqs[((k + 1) % 2) * 2],
+				      tmp + (size_t)((k + 1) % 2) * mine);
 			if (err)
 				goto out;
 		}
-		err = dri_reduce(out, slot, mine, op->dtype, op->redop);
+		err = dri_reduce(out, slot, mine / es, op->dtype, op->redop);
 		if (err)
 			goto out;
 	}
