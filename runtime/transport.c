@@ -113,7 +113,8 @@ static struct {
 	struct pending *pend;
 	int npend, cap_pend;
 	int polling;
-	int64_t spin_us;
+	int64_t spin_us;    /* spin before the first block of a wait */
+	int64_t flow_us;    /* spin on after an event, before blocking */
 	struct pollfd *pfd;
 	int *pfd_who; /* -1 wake, -2 listen, -3 - i pending i, else peer */
 	int cap_pfd;
@@ -327,9 +328,13 @@ dr_err dri_transport_listen(int rank, int world_size, int *port)
 	 * the peer needs (50 us made a 2-rank barrier 5x slower here). */
 	spin = getenv("DISTRUN_SPIN_US");
 	if (spin && *spin)
-		tp.spin_us = atoll(spin);
-	else
+		tp.spin_us = tp.flow_us = atoll(spin);
+	else {
 		tp.spin_us = world_size <= sysconf(_SC_NPROCESSORS_ONLN) ? 10 : 0;
+		/* Once bytes are moving, another poll is likely to find more:
+		 * worth a few microseconds even on a crowded machine. */
+		tp.flow_us = 10;
+	}
 	return DR_OK;
 }
 
@@ -1409,8 +1414,8 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
 		 * in would otherwise cost a sleep and a wake-up per socket
 		 * buffer's worth), block once nothing happened for spin_us. */
 		if (step_locked(left, spin_end && now_us() < spin_end) &&
-		    tp.spin_us)
-			spin_end = now_us() + tp.spin_us;
+		    tp.flow_us)
+			spin_end = now_us() + tp.flow_us;
 	}
 	for (int k = 0; k < n && !err; k++)
 		if (reqs[k].complete && reqs[k].status)
