@@ -67,7 +67,7 @@ struct umsg {
 	struct umsg *next;
 	int src;
 	dri_msg_id id;
-	size_t len, done;
+	size_t len, done, cap;
 	unsigned char *data;
 };
 
@@ -441,6 +441,62 @@ static void uq_unlink(struct umsg *m)
 		}
 }
 
+/* Buffers of unexpected messages are kept for reuse: a fresh large
+ * malloc is a fresh mapping, and faulting its pages in (then unmapping
+ * them) costs more than the network on a busy VM; pieces of a pipelined
+ * collective come in the same few sizes again and again. */
+#define POOL_SLOTS 8
+#define POOL_MAX ((size_t)4 << 20)
+
+static struct {
+	void *p;
+	size_t cap;
+} pool[POOL_SLOTS];
+
+static void *buf_get(size_t len, size_t *cap)
+{
+	int best = -1;
+
+	for (int i = 0; i < POOL_SLOTS; i++)
+		if (pool[i].p && pool[i].cap >= len &&
+		    (best < 0 || pool[i].cap < pool[best].cap))
+			best = i;
+	if (best >= 0) {
+		void *p = pool[best].p;
+		*cap = pool[best].cap;
+		pool[best].p = NULL;
+		return p;
+	}
+	*cap = len ? len : 1;
+	return malloc(*cap);
+}
+
+static void buf_put(void *p, size_t cap)
+{
+	if (p && cap >= 4096 && cap <= POOL_MAX)
+		for (int i = 0; i < POOL_SLOTS; i++)
+			if (!pool[i].p) {
+				pool[i].p = p;
+				pool[i].cap = cap;
+				return;
+			}
+	free(p);
+}
+
+static void pool_drain(void)
+{
+	for (int i = 0; i < POOL_SLOTS; i++) {
+		free(pool[i].p);
+		pool[i].p = NULL;
+	}
+}
+
+static void umsg_free(struct umsg *m)
+{
+	buf_put(m->data, m->cap);
+	free(m);
+}
+
 /* Same matching class: group, and for point-to-point the tag. */
 static int id_key_match(const dri_msg_id *want, const dri_msg_id *got)
 {
@@ -534,8 +590,7 @@ static void fail_all_locked(dr_err err)
 	tp.posted_head = tp.posted_tail = NULL;
 	for (m = tp.uq_head; m; m = mn) {
 		mn = m->next;
-		free(m->data);
-		free(m);
+		umsg_free(m);
 	}
 	tp.uq_head = tp.uq_tail = NULL;
 	for (int i = 0; tp.peers && i < tp.size; i++) {
@@ -957,8 +1012,7 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 		if (!check_match(req, m->src, &m->id, m->len)) {
 			if (p->rx_msg == m)
 				p->rx_msg = NULL;
-			free(m->data);
-			free(m);
+			umsg_free(m);
 			goto out;
 		}
 		req->source = m->src;
@@ -973,8 +1027,7 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 			p->rx_req = req;
 			p->rx_dest = buf;
 		}
-		free(m->data);
-		free(m);
+		umsg_free(m);
 		goto out;
 	}
 	if (tp.posted_tail)
@@ -1033,7 +1086,7 @@ static void on_header(int i)
 	}
 	struct umsg *m = calloc(1, sizeof(*m));
 	if (m)
-		m->data = malloc(h->len ? h->len : 1);
+		m->data = buf_get(h->len, &m->cap);
 	if (!m || !m->data) {
 		free(m);
 		abort_locked(DR_ENOMEM, "rank %d: out of memory for a %llu-byte "
@@ -1518,6 +1571,7 @@ void dri_transport_stop(void)
 		close(tp.pend[i].fd);
 	tp.npend = 0;
 	fail_all_locked(DR_EABORTED);
+	pool_drain();
 	if (tp.listen_fd >= 0)
 		close(tp.listen_fd);
 	if (tp.wake_fd >= 0)
