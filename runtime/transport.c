@@ -445,13 +445,15 @@ static void uq_unlink(struct umsg *m)
  * malloc is a fresh mapping, and faulting its pages in (then unmapping
  * them) costs more than the network on a busy VM; pieces of a pipelined
  * collective come in the same few sizes again and again. */
-#define POOL_SLOTS 8
-#define POOL_MAX ((size_t)4 << 20)
+#define POOL_SLOTS 128
+#define POOL_MAX ((size_t)4 << 20)    /* largest buffer kept */
+#define POOL_BYTES ((size_t)64 << 20) /* most memory kept */
 
 static struct {
 	void *p;
 	size_t cap;
 } pool[POOL_SLOTS];
+static size_t pool_bytes;
 
 static void *buf_get(size_t len, size_t *cap)
 {
@@ -465,6 +467,7 @@ static void *buf_get(size_t len, size_t *cap)
 		void *p = pool[best].p;
 		*cap = pool[best].cap;
 		pool[best].p = NULL;
+		pool_bytes -= *cap;
 		return p;
 	}
 	*cap = len ? len : 1;
@@ -473,11 +476,13 @@ static void *buf_get(size_t len, size_t *cap)
 
 static void buf_put(void *p, size_t cap)
 {
-	if (p && cap >= 4096 && cap <= POOL_MAX)
+	if (p && cap >= 4096 && cap <= POOL_MAX &&
+	    pool_bytes + cap <= POOL_BYTES)
 		for (int i = 0; i < POOL_SLOTS; i++)
 			if (!pool[i].p) {
 				pool[i].p = p;
 				pool[i].cap = cap;
+				pool_bytes += cap;
 				return;
 			}
 	free(p);
@@ -489,6 +494,7 @@ static void pool_drain(void)
 		free(pool[i].p);
 		pool[i].p = NULL;
 	}
+	pool_bytes = 0;
 }
 
 static void umsg_free(struct umsg *m)
