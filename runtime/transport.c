@@ -36,6 +36,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,15 +323,17 @@ dr_err dri_transport_listen(int rank, int world_size, int *port)
 	tp.listen_fd = fd;
 	tp.rank = rank;
 	tp.size = world_size;
-	/* Spinning only pays when every rank has a core of its own, and only
-	 * briefly: a message from a peer in step comes within a few
-	 * microseconds, and a longer spin on a shared machine takes the core
-	 * the peer needs (50 us made a 2-rank barrier 5x slower here). */
+	/* Spinning only pays when every rank has a core of its own: a wake-up
+	 * from a blocking poll costs tens of microseconds on a VM, more than
+	 * the message.  The spin yields the core between polls, so a peer
+	 * sharing it (the machine is busy) still runs; without the yield a
+	 * 50 us spin made a 2-rank barrier 5x slower here, with it a 200 us
+	 * spin is as fast as none or faster. */
 	spin = getenv("DISTRUN_SPIN_US");
 	if (spin && *spin)
 		tp.spin_us = tp.flow_us = atoll(spin);
 	else {
-		tp.spin_us = world_size <= sysconf(_SC_NPROCESSORS_ONLN) ? 10 : 0;
+		tp.spin_us = world_size <= sysconf(_SC_NPROCESSORS_ONLN) ? 100 : 0;
 		/* Once bytes are moving, another poll is likely to find more:
 		 * worth a few microseconds even on a crowded machine. */
 		tp.flow_us = 10;
@@ -1374,7 +1377,16 @@ static int step_locked(int64_t wait_ms, int spin)
 		cond_wait_ms(wait_ms < 1 ? 1 : wait_ms);
 		return 0;
 	}
-	return poll_once(spin ? 0 : (int)(wait_ms > 1000 ? 1000 : wait_ms)) > 0;
+	if (!spin)
+		return poll_once((int)(wait_ms > 1000 ? 1000 : wait_ms)) > 0;
+	if (poll_once(0) > 0)
+		return 1;
+	/* Nothing yet: let a peer that shares this core run (it may be the
+	 * one we wait for); on a core of our own this returns at once. */
+	pthread_mutex_unlock(&tp.mu);
+	sched_yield();
+	pthread_mutex_lock(&tp.mu);
+	return 0;
 }
 
 void dri_transport_progress(int64_t timeout_ms)
