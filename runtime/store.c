@@ -192,6 +192,20 @@ static void client_drop(dri_store_server *s, size_t i)
 	s->cl[i] = s->cl[--s->ncl];
 }
 
+/* Answers the GETs parked on key with its new value. */
+static void wake_getters(dri_store_server *s, const char *key,
+			 const void *val, size_t len)
+{
+	for (size_t i = 0; i < s->ncl; i++) {
+		struct client *w = &s->cl[i];
+		if (w->waiting && !strcmp(w->waiting, key)) {
+			free(w->waiting);
+			w->waiting = NULL;
+			(void)reply(w->fd, 0, val, len);
+		}
+	}
+}
+
 /* Handles one whole request; -1 drops the client. */
 static int serve_request(dri_store_server *s, struct client *c,
 			 const unsigned char *req, size_t len)
@@ -216,15 +230,7 @@ static int serve_request(dri_store_server *s, struct client *c,
 			return reply(c->fd, 1, NULL, 0);
 		if (reply(c->fd, 0, NULL, 0) < 0)
 			return -1;
-		/* Answer the GETs parked on this key. */
-		for (size_t i = 0; i < s->ncl; i++) {
-			struct client *w = &s->cl[i];
-			if (w->waiting && !strcmp(w->waiting, key)) {
-				free(w->waiting);
-				w->waiting = NULL;
-				(void)reply(w->fd, 0, val, vlen);
-			}
-		}
+		wake_getters(s, key, val, vlen);
 		return 0;
 	case CMD_GET:
 		e = kv_find(s, key);
@@ -246,14 +252,7 @@ static int serve_request(dri_store_server *s, struct client *c,
 			return reply(c->fd, 1, NULL, 0);
 		if (reply(c->fd, 0, &cur, 8) < 0)
 			return -1;
-		for (size_t i = 0; i < s->ncl; i++) {
-			struct client *w = &s->cl[i];
-			if (w->waiting && !strcmp(w->waiting, key)) {
-				free(w->waiting);
-				w->waiting = NULL;
-				(void)reply(w->fd, 0, &cur, 8);
-			}
-		}
+		wake_getters(s, key, &cur, 8);
 		return 0;
 	}
 	}

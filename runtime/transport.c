@@ -944,22 +944,28 @@ static void flush_peer(int i)
 	}
 }
 
-dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
-		 const void *buf, size_t len)
+static void req_init(dri_req *req, const dri_msg_id *id, int peer,
+		     int is_send, void *buf, size_t len)
 {
-	struct peer *p;
-
 	req->next = NULL;
 	req->id = *id;
 	req->peer = peer;
-	req->is_send = 1;
-	req->buf = (void *)buf;
+	req->is_send = is_send;
+	req->buf = buf;
 	req->len = len;
 	req->done = 0;
 	req->source = -1;
 	req->complete = 0;
 	req->status = DR_OK;
 	req->priv = NULL;
+}
+
+dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
+		 const void *buf, size_t len)
+{
+	struct peer *p;
+
+	req_init(req, id, peer, 1, (void *)buf, len);
 	pthread_mutex_lock(&tp.mu);
 	if (!tp.on || peer < 0 || peer >= tp.size || peer == tp.rank) {
 		pthread_mutex_unlock(&tp.mu);
@@ -992,17 +998,7 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 {
 	struct umsg *m;
 
-	req->next = NULL;
-	req->id = *id;
-	req->peer = peer;
-	req->is_send = 0;
-	req->buf = buf;
-	req->len = len;
-	req->done = 0;
-	req->source = -1;
-	req->complete = 0;
-	req->status = DR_OK;
-	req->priv = NULL;
+	req_init(req, id, peer, 0, buf, len);
 	pthread_mutex_lock(&tp.mu);
 	if (!tp.on || peer == tp.rank || peer >= tp.size ||
 	    (peer < 0 && peer != DR_ANY_SOURCE)) {
