@@ -363,14 +363,15 @@ static void mode_p2p(void)
 	}
 	/* Everyone to rank 0 with DR_ANY_SOURCE. */
 	if (rank == 0) {
-		int seen = 0;
+		char *seen = calloc((size_t)size, 1);
 		for (int i = 1; i < size; i++) {
 			int32_t v;
 			TRY(dr_recv(&v, 1, DR_INT32, DR_ANY_SOURCE, 9, NULL, &src));
-			if (v != src * 3 || src < 1 || src >= size || (seen >> src & 1))
+			if (v != src * 3 || src < 1 || src >= size || !seen || seen[src])
 				DIE("any-source: %d from %d", (int)v, src);
-			seen |= 1 << src;
+			seen[src] = 1;
 		}
+		free(seen);
 	} else {
 		int32_t v = rank * 3;
 		TRY(dr_send(&v, 1, DR_INT32, 0, 9, NULL));
