@@ -30,6 +30,9 @@
 
 /* How long to wait for pipes to close after SIGKILL before giving up. */
 #define AFTER_KILL_WAIT 10.0
+/* How long a stopped job waits after SIGKILL for a reader of its output
+ * that does not read (see job_tick). */
+#define OUTPUT_GIVE_UP 2.0
 
 double now_mono(void)
 {
@@ -268,6 +271,22 @@ static int poll_timeout(struct job *job)
 	if (until - t > 3600)
 		return 3600 * 1000;
 	return (int)((until - t) * 1000) + 1;
+}
+
+bool job_tick(struct job *job)
+{
+	static bool busy;
+	bool give_up;
+
+	if (busy)
+		return false;
+	busy = true;
+	handle_signals(job);
+	check_timers(job);
+	give_up = job->killed && (job->timed_out || job->stop_signal) &&
+		  now_mono() > job->kill_at + OUTPUT_GIVE_UP;
+	busy = false;
+	return give_up;
 }
 
 static void close_stream(struct job *job, int r, int s)

@@ -165,6 +165,11 @@ int job_run(struct job *job);
 /* Starts stopping the job: sig to every rank's group, SIGKILL after the
  * grace period. */
 void job_stop(struct job *job, int sig);
+/* While a write to distrun's own output is stuck: handles signals, reaps,
+ * checks the deadlines.  Returns true when the output should be given up:
+ * the job was stopped (--timeout, a signal), SIGKILL was sent, and the
+ * reader has still not read for OUTPUT_GIVE_UP seconds after it. */
+bool job_tick(struct job *job);
 void job_release(struct job *job);
 
 /* report.c */

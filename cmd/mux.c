@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ static struct {
 	bool labels;
 	bool timestamps;
 	bool any_shown;
+	bool writing;               /* inside dest_writev() */
 } mux;
 
 static const int palette[] = { 32, 33, 34, 35, 36, 31, 92, 93, 94, 95, 96 };
@@ -141,22 +143,29 @@ fail:
 	return -1;
 }
 
-/* Writes all of iov to d, waiting while the destination is full. */
+/* Writes all of iov to d, waiting while the destination is full.  The
+ * write blocks (distrun's stdout is shared with its parent: we do not make
+ * it non-blocking), so a 200 ms interval timer interrupts it, and while it
+ * is stuck job_tick() keeps signals and deadlines working; it says when
+ * to give the output up (a stopped job whose reader never reads). */
 static void dest_writev(struct job *job, struct dest *d, struct iovec *iov,
 			int cnt)
 {
-	while (cnt > 0 && !d->broken) {
-		ssize_t n = writev(d->fd, iov, cnt);
+	static const struct itimerval tick = { { 0, 200000 }, { 0, 200000 } };
+	static const struct itimerval off;
+	bool armed = false;
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN) {
-				struct pollfd p = { .fd = d->fd,
-						    .events = POLLOUT };
-				poll(&p, 1, 1000);
-				continue;
-			}
+	mux.writing = true;
+	while (cnt > 0 && !d->broken) {
+		size_t want = 0;
+		ssize_t n;
+
+		for (int i = 0; i < cnt; i++)
+			want += iov[i].iov_len;
+		if (!armed)
+			armed = !setitimer(ITIMER_REAL, &tick, NULL);
+		n = writev(d->fd, iov, cnt);
+		if (n < 0 && errno != EINTR && errno != EAGAIN) {
 			/* EPIPE: nobody reads any more, which stops the job
 			 * as SIGPIPE would.  Other errors (a full disk) are
 			 * told once; the job goes on without this output. */
@@ -167,7 +176,23 @@ static void dest_writev(struct job *job, struct dest *d, struct iovec *iov,
 				fprintf(stderr, "distrun: writing the ranks' "
 					"output to fd %d: %s; dropping it\n",
 					d->fd, strerror(errno));
-			return;
+			break;
+		}
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd p = { .fd = d->fd, .events = POLLOUT };
+
+			poll(&p, 1, 200);
+		}
+		if (n < 0 || (size_t)n < want) {
+			if (job_tick(job)) {
+				fprintf(stderr, "distrun: nobody reads fd %d; "
+					"dropping the output to end the job\n",
+					d->fd);
+				d->broken = true;
+				break;
+			}
+			if (n < 0)
+				continue;
 		}
 		while (cnt > 0 && (size_t)n >= iov->iov_len) {
 			n -= iov->iov_len;
@@ -179,6 +204,9 @@ static void dest_writev(struct job *job, struct dest *d, struct iovec *iov,
 			iov->iov_len -= n;
 		}
 	}
+	if (armed)
+		setitimer(ITIMER_REAL, &off, NULL);
+	mux.writing = false;
 }
 
 static void dest_flush(struct job *job, struct dest *d)
@@ -192,6 +220,8 @@ static void dest_flush(struct job *job, struct dest *d)
 
 void mux_flush(struct job *job)
 {
+	if (mux.writing)
+		return;     /* called from job_tick() inside a write */
 	dest_flush(job, &mux.dest[0]);
 	dest_flush(job, &mux.dest[1]);
 }

@@ -147,3 +147,36 @@ load common
 	[ "$status" -eq 3 ]
 	[ "$(grep -c 'No space left on device; dropping it' <<<"$output")" -eq 1 ]
 }
+
+@test "--timeout ends the job even when nobody reads distrun's output" {
+	d=$BATS_TEST_TMPDIR
+	mkfifo "$d/fifo"
+	( st=0
+	  "$DISTRUN" -n 2 --timeout 1s --grace 0.2s "$TESTDATA/spew" 100000000000 \
+		>"$d/fifo" 2>"$d/err" || st=$?
+	  echo $st >"$d/status" ) &
+	exec {reader}<"$d/fifo"    # a reader that never reads
+	wait_until 60 test -s "$d/status"
+	exec {reader}<&-
+	wait
+	[ "$(cat "$d/status")" -eq 124 ]
+	grep -q '^distrun: timeout after 1s' "$d/err"
+	grep -q '^distrun: nobody reads fd 1; dropping the output to end the job$' "$d/err"
+}
+
+@test "SIGTERM stops the job while its output is stuck" {
+	d=$BATS_TEST_TMPDIR
+	mkfifo "$d/fifo"
+	"$DISTRUN" -n 2 --grace 0.2s "$TESTDATA/spew" 100000000000 >"$d/fifo" 2>"$d/err" &
+	pid=$!
+	exec {reader}<"$d/fifo"
+	# Wait until distrun is stuck writing (the fifo is full), then stop it.
+	wait_until 30 grep -q pipe "/proc/$pid/wchan"
+	kill -TERM "$pid"
+	status=0
+	wait_until 60 grep -q 'dropping the output' "$d/err"
+	exec {reader}<&-
+	wait "$pid" || status=$?
+	[ "$status" -eq 143 ]
+	grep -q '^distrun: got SIGTERM, stopping the job' "$d/err"
+}
