@@ -56,10 +56,21 @@ dr_err dr_barrier(dr_group *group, dr_work **work, const int *device_ids,
 	op.group = g;
 	op.device = -1;
 	if (n_device_ids) {
-		/* Fail here, not in the background, where CUDA is absent. */
-		if (!dr_cuda_available())
+		/* Fail here, on this rank alone, not in the background
+		 * where the peers would wait for us until the timeout. */
+		int ndev = dr_cuda_device_count();
+		if (!ndev) {
+			/* Without CUDA this only says why it is absent. */
+			(void)dri_cuda_sync_devices(device_ids, n_device_ids);
 			return dri_fail(DR_ENOCUDA, "dr_barrier: device_ids given "
-					"but CUDA is not available");
+					"but %s", dr_last_error());
+		}
+		for (int i = 0; i < n_device_ids; i++)
+			if (device_ids[i] < 0 || device_ids[i] >= ndev)
+				return dri_fail(DR_EINVAL, "dr_barrier: device_ids[%d] "
+						"= %d: out of range (%d CUDA "
+						"device%s)", i, device_ids[i],
+						ndev, ndev == 1 ? "" : "s");
 		op.device_ids = malloc((size_t)n_device_ids * sizeof(int));
 		if (!op.device_ids)
 			return dri_fail(DR_ENOMEM, "out of memory");

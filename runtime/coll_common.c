@@ -91,6 +91,26 @@ dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
 	return err ? err : werr;
 }
 
+/* The device of the buffers this rank uses in the call, -1 for host
+ * memory.  Both are asked: a root's gather may have its sendbuf on a
+ * device and its recvbuf on the host, and taking the host path for it
+ * would read device memory.  When they differ, dri_submit refuses the call
+ * (dri_cuda_check_buffers) before anything is sent. */
+static int coll_device(dri_coll coll, const dr_group *g, const void *sendbuf,
+		       const void *buf, int root)
+{
+	int is_root = root >= 0 && g->rank >= 0 && dri_peer(g, g->rank) == root;
+	int d = -1;
+
+	/* A buffer the rank does not use may be anything, NULL included. */
+	if (buf && !(coll == DRI_GATHER && !is_root))
+		d = dri_cuda_ptr_device(buf);
+	if (d < 0 && sendbuf && sendbuf != buf &&
+	    !(coll == DRI_SCATTER && !is_root))
+		d = dri_cuda_ptr_device(sendbuf);
+	return d;
+}
+
 void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 		 dr_group *g, const void *sendbuf, void *buf, size_t count,
 		 dr_dtype dtype, int redop, int root)
@@ -108,7 +128,7 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 	op->dtype = dtype;
 	op->redop = redop < 0 ? DR_SUM : (dr_op)redop;
 	op->root = root;
-	op->device = dri_cuda_ptr_device(buf ? buf : sendbuf);
+	op->device = coll_device(coll, g, sendbuf, buf, root);
 }
 
 dr_err dri_rooted_run(dri_op *op, dri_rooted_fn tree, dri_rooted_fn direct)

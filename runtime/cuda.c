@@ -64,7 +64,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dri.h"
+#include "coll.h"
 
 /* ------------------------------------------------- the driver API, by hand */
 
@@ -921,10 +921,11 @@ static dr_err run_whole(staging *g, int64_t deadline)
 	return DR_OK;
 }
 
-/* Checks that every buffer the op names on this rank is on op->device:
- * the entry points look at one pointer only. */
-static dr_err check_buffers(const dri_op *op, int self_root)
+dr_err dri_cuda_check_buffers(const dri_op *op)
 {
+	const dr_group *grp = op->group ? op->group : dri_world();
+	int self_root = grp && grp->rank >= 0 && op->root >= 0 &&
+		(grp->ranks ? grp->ranks[grp->rank] : grp->rank) == op->root;
 	const void *p[2] = { op->sendbuf, op->buf };
 	const char *name[2] = { "sendbuf", "recvbuf" };
 	int coll = (int)op->id.coll;
@@ -932,7 +933,8 @@ static dr_err check_buffers(const dri_op *op, int self_root)
 		coll == DRI_REDUCE;
 
 	for (int i = in_place ? 1 : 0; i < 2; i++) {
-		if (!p[i])
+		/* NULL (a zero count) stands for no buffer at all. */
+		if (!p[i] || p[i] == dri_or_empty(NULL))
 			continue;
 		/* Buffers a rank does not use may be anything. */
 		if ((coll == DRI_GATHER && i == 1 && !self_root) ||
@@ -983,7 +985,7 @@ dr_err dri_cuda_run_staged(dri_op *op)
 		return dri_fail(DR_EINVAL, "invalid dtype %d", (int)op->dtype);
 	if (g.n <= 0 || g.r < 0)
 		return dri_fail(DR_ENOTMEMBER, "this rank is not in the group");
-	if ((err = check_buffers(op, g.is_root)))
+	if ((err = dri_cuda_check_buffers(op)))
 		return err;
 	deadline = deadline_after(op->timeout_ms);
 

@@ -312,6 +312,12 @@ int dri_cuda_ptr_device(const void *p);
 /* Synchronises the selected stream of each device; DR_ENOCUDA without
  * CUDA. */
 dr_err dri_cuda_sync_devices(const int *device_ids, int n);
+/* Checks that every buffer op uses on this rank (not a non-root's
+ * gather recvbuf or scatter sendbuf) is on op->device: DR_EINVAL naming
+ * the buffer and where it is otherwise.  dri_submit calls it before the
+ * call takes its sequence number, so a rank mixing host and device
+ * buffers fails alone and at once. */
+dr_err dri_cuda_check_buffers(const dri_op *op);
 /* Runs op, whose buffers are on op->device, by staging them through pinned
  * host memory in chunks. */
 dr_err dri_cuda_run_staged(dri_op *op);

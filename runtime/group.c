@@ -1,15 +1,28 @@
 /*
  * group.c - process groups, the order of calls on them, the progress
- * thread and dr_work handles.
+ * threads and dr_work handles.
  *
  * A blocking call runs its algorithm on the caller's thread: handing it to
  * another thread and waiting costs a wake-up per call (gloo loses 10-100x
  * in latency that way).  It first waits for the group's earlier
  * asynchronous calls, so that every rank issues the group's collectives in
- * the same order.  Asynchronous calls go to one progress thread that runs
- * them in the order they were made; while asynchronous point-to-point
- * requests are out, the same thread keeps the transport moving, so a rank
- * busy with other work never holds its peers back.
+ * the same order.  Asynchronous calls go to the group's own progress
+ * thread (started on the group's first one), which runs them in the order
+ * they were made.  One queue per group, as torch gives each group its own:
+ * with a single queue for all groups, two ranks issuing asynchronous calls
+ * on groups A and B in different orders would each run first the call the
+ * other runs second, and both wait until the timeout.
+ *
+ * Point-to-point requests do not queue; while asynchronous ones are out, a
+ * thread of their own keeps the transport moving, so a rank busy with
+ * other work never holds its peers back.
+ *
+ * Every group made by dri_group_create is on a list, so that
+ * dr_destroy_process_group can stop its thread and free its member list
+ * even when the program never calls dr_group_destroy.  The handle itself
+ * (a small shell: rank -1, size 0) stays on the list until
+ * dr_group_destroy frees it, so that a program may still pass it there
+ * after the process group is gone: no double free, no use after free.
  *
  * Sequence numbers are taken on the calling thread at submission, in call
  * order, which is what the receiving side checks against.
@@ -24,8 +37,18 @@
 
 #define MSG_MAX 1024
 
+/* A group's asynchronous queue and the thread that runs it. */
 struct gpriv {
-	int pending; /* asynchronous calls queued or running */
+	int pending;            /* asynchronous calls queued or running */
+	dr_work *qhead, *qtail; /* queued, in call order */
+	pthread_t thread;
+	int thread_on, stop;
+};
+
+/* A group made by dri_group_create, on the list of every such group. */
+struct gnode {
+	struct gnode *next;
+	dr_group *g;
 };
 
 struct dr_work {
@@ -46,9 +69,9 @@ static struct {
 	int rank, size;
 	dr_group world;
 	struct gpriv world_priv;
-	pthread_t thread;
-	int thread_on, stop;
-	dr_work *qhead, *qtail;  /* collectives, in order */
+	struct gnode *groups;    /* every dri_group_create'd group, dead or not */
+	pthread_t p2p_thread;    /* drives outstanding point-to-point */
+	int p2p_on, stop;
 	dr_work *p2p;            /* outstanding point-to-point */
 } G = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -130,17 +153,19 @@ dr_err dri_groups_init(int rank, int world_size)
 dr_group *dri_group_create(uint32_t id, const int *ranks, int n)
 {
 	dr_group *g = calloc(1, sizeof(*g));
+	struct gnode *node = calloc(1, sizeof(*node));
 
 	if (g) {
 		g->ranks = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
 		g->priv = calloc(1, sizeof(struct gpriv));
 	}
-	if (!g || !g->ranks || !g->priv) {
+	if (!g || !node || !g->ranks || !g->priv) {
 		if (g) {
 			free(g->ranks);
 			free(g->priv);
 		}
 		free(g);
+		free(node);
 		dri_fail(DR_ENOMEM, "out of memory for a group of %d ranks", n);
 		return NULL;
 	}
@@ -152,6 +177,11 @@ dr_group *dri_group_create(uint32_t id, const int *ranks, int n)
 		if (ranks[i] == G.rank)
 			g->rank = i;
 	}
+	node->g = g;
+	pthread_mutex_lock(&G.mu);
+	node->next = G.groups;
+	G.groups = node;
+	pthread_mutex_unlock(&G.mu);
 	return g;
 }
 
@@ -165,16 +195,59 @@ static void wait_group_idle_locked(dr_group *g)
 		timed_wait(1000);
 }
 
+/* Lets the group's progress thread finish its queue and joins it.  Called
+ * with G.mu held; drops it while joining. */
+static void stop_group_thread_locked(struct gpriv *gp)
+{
+	if (!gp->thread_on)
+		return;
+	gp->stop = 1;
+	pthread_cond_broadcast(&G.cv);
+	pthread_mutex_unlock(&G.mu);
+	pthread_join(gp->thread, NULL);
+	pthread_mutex_lock(&G.mu);
+	gp->thread_on = 0;
+}
+
+/* Frees what a group holds beyond its handle and leaves the handle as a
+ * shell that no call accepts: no members, no queue.  G.mu held. */
+static void group_release_locked(dr_group *g)
+{
+	struct gpriv *gp = g->priv;
+
+	if (!gp)
+		return;
+	wait_group_idle_locked(g);
+	stop_group_thread_locked(gp);
+	free(g->ranks);
+	free(gp);
+	g->ranks = NULL;
+	g->priv = NULL;
+	g->rank = -1;
+	g->size = 0;
+}
+
 void dri_group_free(dr_group *g)
 {
+	struct gnode **pp, *node = NULL;
+
 	if (!g || g == &G.world)
 		return;
 	pthread_mutex_lock(&G.mu);
-	wait_group_idle_locked(g);
+	for (pp = &G.groups; *pp; pp = &(*pp)->next)
+		if ((*pp)->g == g) {
+			node = *pp;
+			*pp = node->next;
+			break;
+		}
+	/* Not ours (or destroyed twice): leave it alone. */
+	if (node)
+		group_release_locked(g);
 	pthread_mutex_unlock(&G.mu);
-	free(g->ranks);
-	free(g->priv);
-	free(g);
+	if (node) {
+		free(node);
+		free(g);
+	}
 }
 
 /* ------------------------------------------------------------ running */
@@ -196,6 +269,26 @@ static dr_err run_op(dri_op *op)
 	return err;
 }
 
+/* Records a finished request's status in its p2p work, with a message
+ * for dr_work_wait to hand on. */
+static void p2p_finish_locked(dr_work *w, dr_err err, const char *msg)
+{
+	if (w->done)
+		return;
+	w->status = err;
+	if (err)
+		snprintf(w->msg, sizeof(w->msg), "%s", msg && *msg ? msg
+			 : dr_strerror(err));
+	w->done = 1;
+}
+
+/* The message of a request that failed in the transport: the transport's
+ * own when it was aborted, else the code's. */
+static const char *req_failure(const dri_req *r)
+{
+	return dri_transport_check() ? dr_last_error() : dr_strerror(r->status);
+}
+
 /* Outstanding p2p works whose request has completed are marked done. */
 static int p2p_reap_locked(void)
 {
@@ -208,10 +301,9 @@ static int p2p_reap_locked(void)
 			*pp = w->next;
 			w->next = NULL;
 			w->in_list = 0;
-			if (!w->done) {
-				w->status = w->req.status;
-				w->done = 1;
-			}
+			p2p_finish_locked(w, w->req.status,
+					  w->req.status ? req_failure(&w->req)
+							: NULL);
 			continue;
 		}
 		left++;
@@ -220,16 +312,19 @@ static int p2p_reap_locked(void)
 	return left;
 }
 
-static void *progress_main(void *arg)
+/* The progress thread of one group: runs its asynchronous calls in
+ * order until told to stop with an empty queue. */
+static void *group_main(void *arg)
 {
-	(void)arg;
+	struct gpriv *gp = arg;
+
 	pthread_mutex_lock(&G.mu);
 	for (;;) {
-		if (G.qhead) {
-			dr_work *w = G.qhead;
-			G.qhead = w->next;
-			if (!G.qhead)
-				G.qtail = NULL;
+		if (gp->qhead) {
+			dr_work *w = gp->qhead;
+			gp->qhead = w->next;
+			if (!gp->qhead)
+				gp->qtail = NULL;
 			pthread_mutex_unlock(&G.mu);
 			dr_err err = run_op(&w->op);
 			pthread_mutex_lock(&G.mu);
@@ -237,10 +332,26 @@ static void *progress_main(void *arg)
 			if (err)
 				snprintf(w->msg, sizeof(w->msg), "%s", dr_last_error());
 			w->done = 1;
-			((struct gpriv *)w->op.group->priv)->pending--;
+			gp->pending--;
 			pthread_cond_broadcast(&G.cv);
 			continue;
 		}
+		if (gp->stop)
+			break;
+		timed_wait(1000);
+	}
+	pthread_mutex_unlock(&G.mu);
+	dri_scratch_release();
+	return NULL;
+}
+
+/* Drives the transport while asynchronous point-to-point requests are
+ * out. */
+static void *p2p_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&G.mu);
+	for (;;) {
 		if (p2p_reap_locked()) {
 			pthread_mutex_unlock(&G.mu);
 			dri_transport_progress(100);
@@ -253,17 +364,27 @@ static void *progress_main(void *arg)
 		timed_wait(1000);
 	}
 	pthread_mutex_unlock(&G.mu);
-	dri_scratch_release();
 	return NULL;
 }
 
-static dr_err start_thread_locked(void)
+static dr_err start_group_thread_locked(struct gpriv *gp)
 {
-	if (G.thread_on)
+	if (gp->thread_on)
 		return DR_OK;
-	if (pthread_create(&G.thread, NULL, progress_main, NULL))
+	gp->stop = 0;
+	if (pthread_create(&gp->thread, NULL, group_main, gp))
+		return dri_fail(DR_ESYS, "cannot start a progress thread");
+	gp->thread_on = 1;
+	return DR_OK;
+}
+
+static dr_err start_p2p_thread_locked(void)
+{
+	if (G.p2p_on)
+		return DR_OK;
+	if (pthread_create(&G.p2p_thread, NULL, p2p_main, NULL))
 		return dri_fail(DR_ESYS, "cannot start the progress thread");
-	G.thread_on = 1;
+	G.p2p_on = 1;
 	return DR_OK;
 }
 
@@ -271,58 +392,73 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 {
 	dri_op op = *in;
 	dr_group *g = op.group ? op.group : dri_world();
+	const char *call = dri_coll_name((dri_coll)op.id.coll);
+	struct gpriv *gp;
+	dr_work *w = NULL;
 	dr_err err;
 
 	if (work)
 		*work = NULL;
 	if (!g) {
 		err = dri_fail(DR_ENOINIT, "%s: the default process group has "
-			       "not been initialized",
-			       dri_coll_name((dri_coll)op.id.coll));
+			       "not been initialized", call);
+		goto fail;
+	}
+	if (!g->priv) {
+		err = dri_fail(DR_EINVAL, "%s: the group was destroyed with "
+			       "the process group", call);
 		goto fail;
 	}
 	if (g->rank < 0) {
 		err = dri_fail(DR_ENOTMEMBER, "%s: rank %d is not a member of "
-			       "the group", dri_coll_name((dri_coll)op.id.coll),
-			       G.rank);
+			       "the group", call, G.rank);
 		goto fail;
+	}
+	if (op.device >= 0) {
+		err = dri_cuda_check_buffers(&op);
+		if (err)
+			goto fail;
 	}
 	err = dri_transport_check();
 	if (err)
 		goto fail;
+	if (work) {
+		w = calloc(1, sizeof(*w));
+		if (!w) {
+			err = dri_fail(DR_ENOMEM, "%s: out of memory", call);
+			goto fail;
+		}
+	}
 	op.group = g;
+	gp = g->priv;
 	pthread_mutex_lock(&G.mu);
+	if (w) {
+		err = start_group_thread_locked(gp);
+		if (err) {
+			pthread_mutex_unlock(&G.mu);
+			goto fail;
+		}
+	}
 	op.id.group_id = g->id;
 	op.id.seq = g->seq++;
-	if (!work) {
+	if (!w) {
 		wait_group_idle_locked(g);
 		pthread_mutex_unlock(&G.mu);
 		return run_op(&op);
 	}
-	dr_work *w = calloc(1, sizeof(*w));
-	if (!w) {
-		pthread_mutex_unlock(&G.mu);
-		err = dri_fail(DR_ENOMEM, "out of memory");
-		goto fail;
-	}
-	err = start_thread_locked();
-	if (err) {
-		pthread_mutex_unlock(&G.mu);
-		free(w);
-		goto fail;
-	}
 	w->op = op;
-	((struct gpriv *)g->priv)->pending++;
-	if (G.qtail)
-		G.qtail->next = w;
+	gp->pending++;
+	if (gp->qtail)
+		gp->qtail->next = w;
 	else
-		G.qhead = w;
-	G.qtail = w;
+		gp->qhead = w;
+	gp->qtail = w;
 	pthread_cond_broadcast(&G.cv);
 	pthread_mutex_unlock(&G.mu);
 	*work = w;
 	return DR_OK;
 fail:
+	free(w);
 	free(op.counts);
 	free(op.device_ids);
 	return err;
@@ -333,18 +469,36 @@ void dri_groups_shutdown(void)
 	int64_t deadline = dri_now_ms() + dri_timeout_ms();
 
 	pthread_mutex_lock(&G.mu);
-	while ((G.qhead || G.world_priv.pending) && dri_now_ms() < deadline)
+	/* Queued calls first, each bounded by its own timeout; then every
+	 * group's thread, then the point-to-point one. */
+	for (;;) {
+		int busy = G.world_priv.pending;
+		for (struct gnode *n = G.groups; n; n = n->next)
+			if (n->g->priv)
+				busy += ((struct gpriv *)n->g->priv)->pending;
+		if (!busy || dri_now_ms() >= deadline)
+			break;
 		timed_wait(100);
+	}
+	for (struct gnode *n = G.groups; n; n = n->next)
+		group_release_locked(n->g);
+	stop_group_thread_locked(&G.world_priv);
 	G.stop = 1;
 	pthread_cond_broadcast(&G.cv);
 	pthread_mutex_unlock(&G.mu);
 	dri_transport_wake();
-	if (G.thread_on)
-		pthread_join(G.thread, NULL);
+	if (G.p2p_on)
+		pthread_join(G.p2p_thread, NULL);
 	pthread_mutex_lock(&G.mu);
-	G.thread_on = 0;
+	G.p2p_on = 0;
 	G.on = 0;
-	G.p2p = NULL;
+	/* Works still out keep their handles; they are no longer listed. */
+	while (G.p2p) {
+		dr_work *w = G.p2p;
+		G.p2p = w->next;
+		w->next = NULL;
+		w->in_list = 0;
+	}
 	pthread_mutex_unlock(&G.mu);
 }
 
@@ -370,7 +524,9 @@ dri_req *dri_work_req(dr_work *w)
 void dri_work_p2p_start(dr_work *w)
 {
 	pthread_mutex_lock(&G.mu);
-	if (start_thread_locked() == DR_OK) {
+	/* Without the thread the request still moves whenever the caller
+	 * waits on it (dr_work_wait drives the transport). */
+	if (start_p2p_thread_locked() == DR_OK) {
 		w->next = G.p2p;
 		G.p2p = w;
 		w->in_list = 1;
@@ -388,35 +544,36 @@ static dr_err work_result(dr_work *w)
 	return w->status;
 }
 
+static const char *work_name(const dr_work *w)
+{
+	if (w->is_p2p)
+		return w->req.is_send ? "isend" : "irecv";
+	return dri_coll_name((dri_coll)w->op.id.coll);
+}
+
 dr_err dr_work_wait_timeout(dr_work *w, int64_t timeout_ms)
 {
+	int64_t limit = timeout_ms > 0 ? timeout_ms : dri_timeout_ms();
 	int64_t deadline;
 
 	if (!w)
 		return dri_fail(DR_EINVAL, "dr_work_wait: work is NULL");
-	deadline = dri_now_ms() + (timeout_ms > 0 ? timeout_ms : dri_timeout_ms());
+	deadline = dri_now_ms() + limit;
 	pthread_mutex_lock(&G.mu);
 	for (;;) {
 		if (w->is_p2p && !w->done &&
-		    __atomic_load_n(&w->req.complete, __ATOMIC_ACQUIRE)) {
-			w->status = w->req.status;
-			if (w->status)
-				snprintf(w->msg, sizeof(w->msg), "%s",
-					 dri_transport_check() ? dr_last_error()
-							       : dr_strerror(w->status));
-			w->done = 1;
-		}
+		    __atomic_load_n(&w->req.complete, __ATOMIC_ACQUIRE))
+			p2p_finish_locked(w, w->req.status,
+					  w->req.status ? req_failure(&w->req)
+							: NULL);
 		if (w->done)
 			break;
 		int64_t left = deadline - dri_now_ms();
 		if (left <= 0) {
 			pthread_mutex_unlock(&G.mu);
 			return dri_fail(DR_ETIMEDOUT, "dr_work_wait: %s not "
-					"complete after %lld ms",
-					w->is_p2p ? (w->req.is_send ? "isend" : "irecv")
-						  : dri_coll_name((dri_coll)w->op.id.coll),
-					(long long)(timeout_ms > 0 ? timeout_ms
-							: dri_timeout_ms()));
+					"complete after %lld ms", work_name(w),
+					(long long)limit);
 		}
 		if (w->is_p2p) {
 			/* Drive the transport ourselves rather than wait for
@@ -445,13 +602,7 @@ dr_err dr_work_wait(dr_work *w)
 		if (!done) {
 			dr_err err = dri_waitall(&w->req, 1);
 			pthread_mutex_lock(&G.mu);
-			if (!w->done) {
-				w->status = err;
-				if (err)
-					snprintf(w->msg, sizeof(w->msg), "%s",
-						 dr_last_error());
-				w->done = 1;
-			}
+			p2p_finish_locked(w, err, err ? dr_last_error() : NULL);
 			pthread_mutex_unlock(&G.mu);
 		}
 		return work_result(w);

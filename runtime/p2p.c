@@ -38,6 +38,11 @@ static dr_err p2p_prepare(const char *call, const void *buf, size_t count,
 	err = dri_coll_check_buf(call, buf, count, "buf");
 	if (err)
 		return err;
+	/* The transport reads and writes buf with the CPU. */
+	if (count && dri_cuda_ptr_device(buf) >= 0)
+		return dri_fail(DR_ENOTSUP, "%s: point-to-point on CUDA device "
+				"memory is not supported; stage through host "
+				"memory", call);
 	err = dri_transport_check();
 	if (err)
 		return err;

@@ -174,3 +174,28 @@ mismatch() {
 	fds=$(sed -n 's/.*rank 255: \([0-9]*\) file descriptors open.*/\1/p' <<<"$output")
 	[ -n "$fds" ] && [ "$fds" -lt 64 ]
 }
+
+@test "asynchronous calls on two groups issued in opposite orders on different ranks all complete" {
+	passes 2 order
+	passes 3 order
+}
+
+@test "destroying the process group frees subgroups left alive; their handles stay safe" {
+	passes 3 destroy
+}
+
+@test "destroy with subgroups and work left out: no leak, no double free under ASAN" {
+	asan="$SRCDIR/build-asan/tests/coll_more"
+	[ -x "$asan" ] || skip "no ASAN build (make ASAN=1)"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+		run "$DISTRUN" --timeout 150s -n 3 "$asan" destroy
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank_ok 3
+	! grep -q -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' <<<"$output"
+}
+
+@test "every call before init fails with DR_ENOINIT and leaves *work NULL" {
+	run "$CTESTS/coll_more" noinit
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == "rank 0: ok, "*" checks" ]]
+}

@@ -142,3 +142,22 @@ fake_nvidia_smi() {
 		[[ "$output" == *"[$r] ok - rank $r: device memory found and reduced"* ]]
 	done
 }
+
+@test "dr_barrier with device_ids where CUDA is off says why, and the group goes on" {
+	run env DISTRUN_CUDA=0 "$DISTRUN" --timeout 60s -n 2 "$CTESTS/coll_more" nocuda
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for r in 0 1; do
+		grep -q "^\[$r\] rank $r: DR_ENOCUDA: dr_barrier: device_ids given but CUDA not available: disabled by DISTRUN_CUDA=0$" <<<"$output" || {
+			echo "$output"; return 1; }
+		grep -q "^\[$r\] rank $r: ok, " <<<"$output" || { echo "$output"; return 1; }
+	done
+}
+
+@test "on a fake driver, p2p on device memory and a root mixing host and device buffers are refused alone, at once" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 60s -n 3 \
+		"$CTESTS/coll_more" device
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == *"gather: DR_EINVAL: gather: recvbuf is on the host but the other buffer is on cuda:0"* ]]
+	[[ "$output" == *"scatter: DR_EINVAL: scatter: sendbuf is on the host but the other buffer is on cuda:0"* ]]
+	[ "$(grep -c ': ok, [0-9]* checks' <<<"$output")" -eq 3 ] || { echo "$output"; return 1; }
+}
