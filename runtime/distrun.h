@@ -30,9 +30,22 @@
  *     same collectives in the same order (blocking and asynchronous alike).
  *     A rank whose call differs from its peers' (another collective, count,
  *     dtype, op or root) gets DR_EMISMATCH naming both sides.
- *   - The library is thread-safe for one calling thread per process group
- *     (like torch's default group); calls from several threads must be
- *     serialised by the caller.
+ *   - Threads: calls on one group must come from one thread at a time (the
+ *     caller serialises them, as torch expects for a group); calls on
+ *     different groups may come from different threads at once.  Init,
+ *     destroy, dr_new_group and dr_group_destroy must not run at the same
+ *     time as any other call.  dr_work handles may be waited on, polled
+ *     and freed from any thread, one thread per handle.
+ *   - Each group runs its asynchronous calls in order on a thread of its
+ *     own (started by its first asynchronous call), as torch gives each
+ *     group its own queue: ranks may issue asynchronous calls on two
+ *     groups in different orders without waiting on each other.  A
+ *     blocking call on a group runs after the group's earlier
+ *     asynchronous calls.
+ *   - Buffers of one call are all host memory or all on one CUDA device
+ *     (buffers a rank does not use excepted, such as a non-root's gather
+ *     recvbuf); mixing fails with DR_EINVAL on the calling rank before
+ *     anything is sent.  Point-to-point calls take host memory only.
  */
 #ifndef DISTRUN_H
 #define DISTRUN_H
@@ -160,8 +173,12 @@ DR_API int dr_get_rank(void);
 DR_API int dr_get_world_size(void);
 
 /* Waits for outstanding asynchronous work, closes every connection and
- * frees every group.  Safe to call after an error.  DR_ENOINIT if not
- * initialized. */
+ * frees every group: subgroups the program did not destroy lose their
+ * threads and members here.  Their handles stay safe: dr_group_rank gives
+ * -1 and dr_group_size 0, other calls fail, and dr_group_destroy frees
+ * what is left of them.  Work handles stay valid until dr_work_free;
+ * point-to-point work still out fails with DR_EABORTED.  Safe to call
+ * after an error.  DR_ENOINIT if not initialized. */
 DR_API dr_err dr_destroy_process_group(void);
 
 /* ------------------------------------------------------------- groups */
@@ -173,11 +190,15 @@ DR_API dr_err dr_destroy_process_group(void);
  * releases it with dr_group_destroy(). */
 DR_API dr_err dr_new_group(const int *ranks, int n, dr_group **group);
 
-/* This rank's index in the group, -1 if not a member.  NULL = world. */
+/* This rank's index in the group, -1 if not a member (or before init, or
+ * once the process group is destroyed).  NULL = world. */
 DR_API int dr_group_rank(const dr_group *group);
-/* Number of ranks in the group.  NULL = world. */
+/* Number of ranks in the group; NULL = world (-1 before init); 0 for a
+ * group whose process group was destroyed. */
 DR_API int dr_group_size(const dr_group *group);
-/* Frees a group made by dr_new_group (NULL is a no-op). */
+/* Frees a group made by dr_new_group, before or after
+ * dr_destroy_process_group (NULL is a no-op).  Waits for the group's
+ * outstanding asynchronous calls first.  Not collective. */
 DR_API void dr_group_destroy(dr_group *group);
 
 /* -------------------------------------------------------- collectives */
@@ -186,7 +207,8 @@ DR_API void dr_group_destroy(dr_group *group);
  * device_ids (n_device_ids > 0), first synchronises the current stream
  * (dr_cuda_set_stream) of each listed CUDA device, so that work queued on
  * them before the call is complete on every rank when it returns;
- * DR_ENOCUDA where CUDA is not available. */
+ * DR_ENOCUDA where CUDA is not available (the message says why),
+ * DR_EINVAL for a device id out of range. */
 DR_API dr_err dr_barrier(dr_group *group, dr_work **work,
 			 const int *device_ids, int n_device_ids);
 
@@ -249,7 +271,8 @@ DR_API dr_err dr_monitored_barrier(dr_group *group, int64_t timeout_ms,
 
 /* Messages between a pair of ranks with the same tag arrive in the order
  * sent.  dst/src are world ranks.  A receive whose count differs from the
- * message's fails with DR_EMISMATCH. */
+ * message's fails with DR_EMISMATCH.  buf must be host memory: CUDA
+ * device memory fails with DR_ENOTSUP (stage it through host memory). */
 DR_API dr_err dr_send(const void *buf, size_t count, dr_dtype dtype, int dst,
 		      int tag, dr_group *group);
 /* src may be DR_ANY_SOURCE; *out_src (may be NULL) receives the sender. */

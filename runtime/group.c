@@ -286,6 +286,9 @@ static void p2p_finish_locked(dr_work *w, dr_err err, const char *msg)
  * own when it was aborted, else the code's. */
 static const char *req_failure(const dri_req *r)
 {
+	if (!G.on)
+		return "the process group was destroyed before the request "
+		       "completed";
 	return dri_transport_check() ? dr_last_error() : dr_strerror(r->status);
 }
 

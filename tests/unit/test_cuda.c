@@ -164,6 +164,37 @@ static int test_disabled_by_environment(void)
 	return 0;
 }
 
+/* A call whose buffers are not all where op->device says is refused with
+ * a message naming the buffer; buffers the rank does not use (a
+ * non-root's gather recvbuf) and NULL ones are not looked at. */
+static int test_check_buffers_names_the_odd_one(void)
+{
+	dri_op op;
+	int32_t a = 0, b = 0;
+
+	if (dr_cuda_available())
+		return 0;
+	memset(&op, 0, sizeof op);
+	op.id.coll = DRI_GATHER;
+	op.sendbuf = &a;
+	op.buf = &b;
+	op.count = 1;
+	op.dtype = DR_INT32;
+	op.root = 5; /* no group: not this rank */
+	op.device = 0;
+	CHECK(dri_cuda_check_buffers(&op) == DR_EINVAL);
+	CHECKF(!strcmp(dr_last_error(), "gather: sendbuf is on the host but "
+		       "the other buffer is on cuda:0; both must be on the "
+		       "same device"), "%s", dr_last_error());
+	op.sendbuf = NULL;
+	CHECK(dri_cuda_check_buffers(&op) == DR_OK);
+	op.id.coll = DRI_ALL_GATHER;
+	CHECK(dri_cuda_check_buffers(&op) == DR_EINVAL);
+	CHECKF(strstr(dr_last_error(), "all_gather: recvbuf is on the host"),
+	       "%s", dr_last_error());
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_unavailable_answers),
 	UNIT(test_run_staged_without_cuda),
@@ -174,6 +205,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_missing_library),
 	UNIT(test_library_without_driver_api),
 	UNIT(test_disabled_by_environment),
+	UNIT(test_check_buffers_names_the_odd_one),
 	{ 0 },
 };
 
