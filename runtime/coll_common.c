@@ -28,6 +28,11 @@ dr_err dri_coll_group(const char *call, dr_group *group, dr_group **out)
 	if (!dr_is_initialized() || !dri_world())
 		return dri_fail(DR_ENOINIT, "%s: the default process group has "
 				"not been initialized", call);
+	/* A handle kept across dr_destroy_process_group (and a new init):
+	 * group.c emptied it. */
+	if (group && !group->priv)
+		return dri_fail(DR_EINVAL, "%s: the group was destroyed with "
+				"the process group", call);
 	*out = group ? group : dri_world();
 	return DR_OK;
 }

@@ -655,6 +655,11 @@ void dr_work_free(dr_work *w)
 	if (!dr_work_is_completed(w))
 		(void)dr_work_wait(w);
 	pthread_mutex_lock(&G.mu);
+	/* dr_work_wait gives up after the job's timeout, counted from now;
+	 * an op queued behind others may run longer (each bounded by its own
+	 * timeout), and its thread writes into w when it ends. */
+	while (!w->is_p2p && !w->done)
+		timed_wait(1000);
 	if (w->in_list) {
 		for (dr_work **pp = &G.p2p; *pp; pp = &(*pp)->next)
 			if (*pp == w) {

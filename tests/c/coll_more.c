@@ -810,6 +810,19 @@ static void mode_destroy(void)
 	checks++;
 	CHECK_ERR(DR_ENOINIT, dr_all_reduce(&v, 1, DR_INT64, DR_SUM, kept, NULL));
 	CHECK_ERR(DR_ENOINIT, dr_barrier(solo, NULL, NULL, 0));
+	/* Joined again, the old handles are refused, not taken for groups
+	 * of the new process group.  (One rank only: a job's ranks cannot
+	 * join its store twice.) */
+	if (world == 1) {
+		CHECK_OK(dr_init_process_group(NULL, NULL));
+		CHECK_ERR(DR_EINVAL, dr_all_reduce(&v, 1, DR_INT64, DR_SUM, kept,
+						   NULL));
+		if (!strstr(dr_last_error(), "destroyed with the process group"))
+			FAIL("message: %s", dr_last_error());
+		CHECK_ERR(DR_EINVAL, dr_barrier(solo, NULL, NULL, 0));
+		CHECK_OK(dr_barrier(NULL, NULL, NULL, 0));
+		CHECK_OK(dr_destroy_process_group());
+	}
 	dr_group_destroy(kept);
 	dr_group_destroy(solo);
 	if (thread_count() != 1)
