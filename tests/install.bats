@@ -1,0 +1,76 @@
+#!/usr/bin/env bats
+# make install: the binary, the libraries with their soname, the header, the
+# pkg-config file and the man pages land under PREFIX, and a program built
+# with `pkg-config --cflags --libs distrun` runs under the installed distrun.
+
+load common
+
+setup() {
+	PREFIX=$(mktemp -d)
+}
+
+teardown() {
+	rm -rf "$PREFIX"
+}
+
+install_tree() {
+	make -s -C "$SRCDIR" install PREFIX="$PREFIX" >/dev/null
+}
+
+@test "make install puts binary, libraries, header, pkg-config file and man pages under PREFIX" {
+	install_tree
+	[ -x "$PREFIX/bin/distrun" ]
+	[ -f "$PREFIX/lib/libdistrun.a" ]
+	[ -f "$PREFIX/include/distrun.h" ]
+	[ -f "$PREFIX/share/man/man1/distrun.1" ]
+	[ -f "$PREFIX/share/man/man3/distrun.3" ]
+	run readelf -d "$PREFIX/lib/libdistrun.so.0.1.0"
+	[[ "$output" == *"SONAME"*"libdistrun.so.0"* ]]
+	[ "$(readlink "$PREFIX/lib/libdistrun.so")" = libdistrun.so.0 ]
+	run env PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --modversion distrun
+	[ "$status" -eq 0 ]
+	[ "$output" = 0.1.0 ]
+}
+
+@test "the shared library exports the dr_ API and nothing internal" {
+	install_tree
+	run nm -D --defined-only "$PREFIX/lib/libdistrun.so.0.1.0"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *" T dr_all_reduce"* ]]
+	[[ "$output" == *" T dr_init_process_group"* ]]
+	internal=$(grep -c ' [TDB] dri_' <<<"$output" || true)
+	[ "$internal" -eq 0 ]
+}
+
+@test "a program built with pkg-config runs under the installed distrun (shared and static)" {
+	install_tree
+	cat >"$PREFIX/prog.c" <<-'C'
+	#include <distrun.h>
+	#include <stdio.h>
+	int main(void)
+	{
+		if (dr_init_process_group(NULL, NULL)) {
+			fprintf(stderr, "init: %s\n", dr_last_error());
+			return 1;
+		}
+		int x = dr_get_rank() + 1;
+		if (dr_all_reduce(&x, 1, DR_INT32, DR_SUM, NULL, NULL)) {
+			fprintf(stderr, "all_reduce: %s\n", dr_last_error());
+			return 1;
+		}
+		printf("rank %d of %d: sum %d\n", dr_get_rank(), dr_get_world_size(), x);
+		return dr_destroy_process_group() != DR_OK;
+	}
+	C
+	export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
+	cc -o "$PREFIX/prog" "$PREFIX/prog.c" $(pkg-config --cflags --libs distrun)
+	cc -o "$PREFIX/prog-static" "$PREFIX/prog.c" $(pkg-config --cflags distrun) \
+		"$PREFIX/lib/libdistrun.a" $(pkg-config --libs-only-l --static distrun | sed 's/-ldistrun//')
+	run env LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/distrun" -n 3 "$PREFIX/prog"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"[0] rank 0 of 3: sum 6"* ]]
+	[[ "$output" == *"[2] rank 2 of 3: sum 6"* ]]
+	run "$PREFIX/bin/distrun" -n 2 "$PREFIX/prog-static"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"[1] rank 1 of 2: sum 3"* ]]
+}
