@@ -129,7 +129,8 @@ $(B)/gpu/%: tests/gpu/%.cu $(LIB_A)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -Iruntime -o $@ $< $(LIB_A) $(LIBS_RT)
 
 # --- tests ---------------------------------------------------------------
-test: all test-unit test-bats
+test: all
+	$(Q)scripts/run-tests $(abspath $(B)) $(UNITS)
 
 test-unit: $(UNITS)
 	$(Q)scripts/run-unit $(UNITS)
