@@ -1476,7 +1476,9 @@ static int step_locked(int64_t wait_ms, int spin)
 void dri_transport_progress(int64_t timeout_ms)
 {
 	pthread_mutex_lock(&tp.mu);
-	if (tp.on && !tp.abort_err)
+	/* With no time to give, a poll by another thread is not waited for
+	 * (a collective that copies between polls must not sleep). */
+	if (tp.on && !tp.abort_err && (timeout_ms > 0 || !tp.polling))
 		step_locked(timeout_ms, 0);
 	pthread_mutex_unlock(&tp.mu);
 }
