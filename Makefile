@@ -158,6 +158,9 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		runtime/distrun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/distrun.pc
 	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 scripts/distrun.bash-completion \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/distrun
 	[ ! -f man/distrun.3 ] || install -m 644 man/distrun.3 $(DESTDIR)$(PREFIX)/share/man/man3/distrun.3
 
 clean:

@@ -64,3 +64,11 @@ help_options() {
 		grep -q "$v" "$SRCDIR/man/distrun.1" || { echo "undocumented: $v"; false; }
 	done
 }
+
+@test "the bash completion offers exactly the options of --help" {
+	comp=$SRCDIR/scripts/distrun.bash-completion
+	words() { sed -n "/compgen -W '-n/,/-- \"\$cur\"/p" "$comp" | sed "s/.*compgen -W '//; s/'.*//"; }
+	diff <(help_options | long_opts) <(words | long_opts)
+	diff <(help_options | short_opts) <(words | tr '\t' ' ' | sed 's/^/ /' | short_opts)
+	bash -n "$comp"
+}
