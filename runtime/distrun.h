@@ -30,6 +30,12 @@
  *     same collectives in the same order (blocking and asynchronous alike).
  *     A rank whose call differs from its peers' (another collective, count,
  *     dtype, op or root) gets DR_EMISMATCH naming both sides.
+ *   - A failure once a collective has started (a peer that died, a
+ *     mismatch, a timeout, or this rank running out of memory or failing
+ *     a CUDA call half-way) is final: the process group is aborted, the
+ *     peers fail at once with this rank's reason, and later calls fail
+ *     with DR_EABORTED.  Bad arguments fail before anything is sent, on
+ *     the calling rank alone; the group goes on.
  *   - Threads: calls on one group must come from one thread at a time (the
  *     caller serialises them, as torch expects for a group); calls on
  *     different groups may come from different threads at once.  Init,
@@ -289,8 +295,9 @@ DR_API dr_err dr_irecv(void *buf, size_t count, dr_dtype dtype, int src,
  * everywhere it must be for this rank's buffers to hold the result) and
  * returns its status.  Calling it again returns the same status. */
 DR_API dr_err dr_work_wait(dr_work *work);
-/* As dr_work_wait, but gives up after timeout_ms with DR_ETIMEDOUT; the
- * operation goes on and the handle stays valid. */
+/* As dr_work_wait, but gives up after timeout_ms (<= 0: the job's
+ * timeout) with DR_ETIMEDOUT; the operation goes on and the handle stays
+ * valid. */
 DR_API dr_err dr_work_wait_timeout(dr_work *work, int64_t timeout_ms);
 /* 1 if the operation has finished (successfully or not), else 0.  Never
  * blocks. */

@@ -259,8 +259,28 @@ static dr_err run_op(dri_op *op)
 
 	cur_timeout_ms = op->timeout_ms > 0 ? op->timeout_ms : dri_timeout_ms();
 	err = dri_transport_check();
-	if (!err)
+	if (!err) {
 		err = op->device >= 0 ? dri_cuda_run_staged(op) : op->run(op);
+		/* A failure of our own (out of memory, a CUDA error) in the
+		 * middle of a collective leaves the peers waiting for our part
+		 * until their timeout, and our sequence numbers out of step
+		 * with theirs: abort, so that they fail now, with our reason.
+		 * The monitored barrier's timeout is the exception: by design
+		 * the group goes on after it. */
+		if (err && op->id.coll != DRI_MONITORED_BARRIER) {
+			char why[MSG_MAX], msg[MSG_MAX + 32];
+			snprintf(why, sizeof(why), "%s", dr_last_error());
+			if (dri_transport_check()) {
+				/* the transport's own failure: its message */
+				dri_set_last_error(why);
+			} else {
+				snprintf(msg, sizeof(msg), "rank %d: %s", G.rank,
+					 why);
+				dri_transport_abort(err, msg);
+				dri_fail(err, "%s", msg);
+			}
+		}
+	}
 	cur_timeout_ms = saved;
 	free(op->counts);
 	free(op->device_ids);

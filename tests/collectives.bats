@@ -200,3 +200,12 @@ mismatch() {
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	[[ "$output" == "rank 0: ok, "*" checks" ]]
 }
+
+@test "a rank out of memory inside a collective: its peer fails at once with that reason, not at the timeout" {
+	ranks 2 oom "$BATS_TEST_TMPDIR/done"
+	echo "$output"
+	grep -q 'skip: the sanitizer' <<<"$output" && skip "not under ASAN"
+	grep -q '^\[0\] rank 0: failed: DR_ENOMEM: rank 0: out of memory' <<<"$output"
+	grep -q '^\[1\] rank 1: failed: DR_ENOMEM: rank 0: out of memory.*(reported by rank 0)' <<<"$output"
+	! grep -q 'timed out' <<<"$output"
+}

@@ -24,6 +24,9 @@
  *   nocuda         dr_barrier with device_ids where CUDA is off
  *   device         (fake driver) device memory in p2p and mixed with host
  *                  memory in a root's gather/scatter: refused at once
+ *   oom FILE       rank 0 runs out of memory inside an all_reduce: its
+ *                  peers fail at once with its reason, not at the timeout
+ *                  (rank 1 creates FILE when done)
  *
  * Prints "rank R: ok, N checks" and exits 0, or names the first difference
  * and exits 1.
@@ -33,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "distrun.h"
 
@@ -958,6 +963,54 @@ static void mode_device(void)
 	CHECK_OK(dr_cuda_free(dev));
 }
 
+/* Rank 0 runs out of memory in the middle of a large all_reduce (its
+ * address space capped just above what it uses).  Rank 1 must learn it at
+ * once, with rank 0's reason: rank 0 stays in the job (it waits for a
+ * message from rank 1), so rank 1 would otherwise wait for its part until
+ * the timeout. */
+static void mode_oom(const char *done_file)
+{
+#ifdef __SANITIZE_ADDRESS__
+	(void)done_file;
+	printf("rank %d: skip: the sanitizer needs its address space\n", rank);
+#else
+	size_t count = (size_t)16 << 20;
+	float *buf = alloc(count * sizeof(float));
+	dr_err err;
+
+	memset(buf, 0, count * sizeof(float));
+	/* Rank 1 may still be leaving this barrier when rank 0 fails. */
+	err = dr_barrier(NULL, NULL, NULL, 0);
+	if (!err && rank == 0) {
+		unsigned long pages = 0;
+		FILE *f = fopen("/proc/self/statm", "r");
+		if (!f || fscanf(f, "%lu", &pages) != 1)
+			FAIL("cannot read /proc/self/statm");
+		fclose(f);
+		struct rlimit rl;
+		getrlimit(RLIMIT_AS, &rl);
+		rl.rlim_cur = pages * (rlim_t)sysconf(_SC_PAGESIZE) + (8 << 20);
+		if (setrlimit(RLIMIT_AS, &rl))
+			FAIL("setrlimit");
+	}
+	if (!err)
+		err = dr_all_reduce(buf, count, DR_FLOAT32, DR_SUM, NULL, NULL);
+	printf("rank %d: failed: %s: %s\n", rank, dr_err_name(err),
+	       err ? dr_last_error() : "");
+	/* Rank 0 stays, without driving the transport, until rank 1 is done
+	 * (or two minutes pass). */
+	if (rank == 0) {
+		for (int i = 0; i < 1200 && access(done_file, F_OK); i++)
+			usleep(100000);
+	} else {
+		FILE *f = fopen(done_file, "w");
+		if (f)
+			fclose(f);
+	}
+	free(buf);
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "all";
@@ -998,11 +1051,14 @@ int main(int argc, char **argv)
 		mode_nocuda();
 	else if (!strcmp(mode, "device"))
 		mode_device();
+	else if (!strcmp(mode, "oom"))
+		mode_oom(argc > 2 ? argv[2] : "oom-done");
 	else
 		FAIL("unknown mode %s", mode);
 	if (strcmp(mode, "destroy"))
 		dr_destroy_process_group();
-	if (strcmp(mode, "mismatch") && strcmp(mode, "monitored"))
+	if (strcmp(mode, "mismatch") && strcmp(mode, "monitored") &&
+	    strcmp(mode, "oom"))
 		printf("rank %d: ok, %ld checks\n", rank, checks);
 	return 0;
 }
