@@ -8,7 +8,7 @@
  *   transport.c  connections between ranks, framed messages with a header,
  *                matching of receives, the poll loop, timeouts
  *   group.c      process group state, dr_new_group, the ordering of calls,
- *                the progress thread and dr_work handles       (dri_submit)
+ *                the progress threads and dr_work handles      (dri_submit)
  *   coll_*.c     the algorithms, written only against this header
  *   cuda.c       the CUDA runtime loaded at run time, staging of device
  *                buffers, stream synchronisation
@@ -168,8 +168,9 @@ struct dri_op {
  * same on every rank (subgroup.c agrees on it).  NULL when out of memory
  * (message set). */
 dr_group *dri_group_create(uint32_t id, const int *ranks, int n);
-/* Waits for the group's outstanding asynchronous calls, then frees it.
- * NULL and the world group are ignored. */
+/* Waits for the group's outstanding asynchronous calls, stops its
+ * progress thread, then frees it.  NULL, the world group and handles
+ * group.c does not know are ignored. */
 void dri_group_free(dr_group *group);
 
 /* Scratch memory of at least n bytes, kept by the calling thread from one
@@ -185,8 +186,9 @@ void dri_scratch_release(void);
 
 /* Group state at init and destroy (init.c calls these). */
 dr_err dri_groups_init(int rank, int world_size);
-/* Waits (up to the timeout) for every queued asynchronous call, stops the
- * progress thread, frees the world group. */
+/* Waits (up to the timeout) for every queued asynchronous call, stops
+ * every progress thread, frees what every group holds (subgroup handles
+ * stay as empty shells for dr_group_destroy). */
 void dri_groups_shutdown(void);
 
 /* Point-to-point handles (p2p.c): a dr_work around one transport request
