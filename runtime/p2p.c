@@ -6,6 +6,11 @@
  * isend on both ranks must not wait for anything, and p2p carries no
  * sequence number (messages of one pair and tag arrive in the order sent).
  * The asynchronous forms are driven by the progress thread.
+ *
+ * Host memory only: the transport reads and writes the buffer with the
+ * CPU, and staging through pinned memory (as the collectives do) would
+ * need a completion step for isend/irecv that nothing here has; a CUDA
+ * pointer is refused with DR_ENOTSUP before anything is posted.
  */
 #include <string.h>
 
