@@ -85,15 +85,18 @@ static dr_err all_to_all_run(dri_op *op)
 				ids[n].count = sn;
 				ids[n + 1].count = rn;
 			}
-			/* The receive first: the piece then lands in place
-			 * whichever thread reads it. */
-			err = dri_irecv(&reqs[n], &ids[n + 1], dri_peer(g, from),
-					out + roff[from] * es, rn * es);
+			/* The send first: our piece is on its way before
+			 * we spend time taking in the peer's (a large one
+			 * that came early waits in the socket, see
+			 * transport.c, so the receive still lands in
+			 * place). */
+			err = dri_isend(&reqs[n], &ids[n], dri_peer(g, to),
+					in + soff[to] * es, sn * es);
 			if (err)
 				break;
 			n++;
-			err = dri_isend(&reqs[n], &ids[n - 1], dri_peer(g, to),
-					in + soff[to] * es, sn * es);
+			err = dri_irecv(&reqs[n], &ids[n], dri_peer(g, from),
+					out + roff[from] * es, rn * es);
 			if (!err)
 				n++;
 		}
