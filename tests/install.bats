@@ -7,6 +7,10 @@ load common
 
 setup() {
 	PREFIX=$(mktemp -d)
+	# Install the build under test; a sanitizer build's programs need the
+	# sanitizer runtime too.
+	SAN=
+	case $B in *asan*) SAN="-fsanitize=address,undefined" ;; esac
 }
 
 teardown() {
@@ -14,7 +18,8 @@ teardown() {
 }
 
 install_tree() {
-	make -s -C "$SRCDIR" install PREFIX="$PREFIX" >/dev/null
+	env -u MAKEFLAGS -u MAKELEVEL make -s -C "$SRCDIR" install PREFIX="$PREFIX" \
+		B="$B" ${SAN:+ASAN=1} >/dev/null
 }
 
 @test "make install puts binary, libraries, header, pkg-config file and man pages under PREFIX" {
@@ -63,8 +68,8 @@ install_tree() {
 	}
 	C
 	export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
-	cc -o "$PREFIX/prog" "$PREFIX/prog.c" $(pkg-config --cflags --libs distrun)
-	cc -o "$PREFIX/prog-static" "$PREFIX/prog.c" $(pkg-config --cflags distrun) \
+	cc $SAN -o "$PREFIX/prog" "$PREFIX/prog.c" $(pkg-config --cflags --libs distrun)
+	cc $SAN -o "$PREFIX/prog-static" "$PREFIX/prog.c" $(pkg-config --cflags distrun) \
 		"$PREFIX/lib/libdistrun.a" $(pkg-config --libs-only-l --static distrun | sed 's/-ldistrun//')
 	run env LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/distrun" -n 3 "$PREFIX/prog"
 	[ "$status" -eq 0 ]
