@@ -120,12 +120,12 @@ load common
 	run "$DISTRUN" -n 2 sh -c 'echo x'
 	[[ "$output" != *$'\e['* ]]
 	# script(1) gives distrun a terminal.
-	out=$(script -qec "$DISTRUN -n 2 sh -c 'echo x'" /dev/null)
+	out=$(script -qec "$DISTRUN -n 2 sh -c 'echo x'" /dev/null </dev/null)
 	[[ "$out" == *$'\e[32m[0]\e[0m x'* ]]
 	[[ "$out" == *$'\e[33m[1]\e[0m x'* ]]
-	out=$(NO_COLOR=1 script -qec "$DISTRUN -n 2 sh -c 'echo x'" /dev/null)
+	out=$(NO_COLOR=1 script -qec "$DISTRUN -n 2 sh -c 'echo x'" /dev/null </dev/null)
 	[[ "$out" != *$'\e['* ]]
-	out=$(script -qec "$DISTRUN --color never -n 2 sh -c 'echo x'" /dev/null)
+	out=$(script -qec "$DISTRUN --color never -n 2 sh -c 'echo x'" /dev/null </dev/null)
 	[[ "$out" != *$'\e['* ]]
 	run "$DISTRUN" --color always -n 1 sh -c 'echo x'
 	[ "$output" = $'\e[32m[0]\e[0m x' ]
