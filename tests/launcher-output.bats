@@ -138,7 +138,7 @@ load common
 	[ "$(jq -r .signal "$f")" = SIGPIPE ]
 	for pid in $(jq '.ranks[].pid' "$f"); do
 		[ "$pid" -gt 0 ]
-		! ps -o pid= -p "$pid"
+		! ps -o pid= -p "$pid" || return 1
 	done
 }
 
