@@ -48,8 +48,15 @@ static void __attribute__((noreturn)) guard_main(int rd)
 			break;
 		have += r;
 		n = have / sizeof(pid_t);
-		if (have == sizeof(pgids))
-			break;      /* all MAX_RANKS pids: only EOF is left */
+		if (have == sizeof(pgids)) {
+			/* All MAX_RANKS pids: only EOF is left to wait for. */
+			char c;
+
+			while ((r = read(rd, &c, 1)) > 0 ||
+			       (r < 0 && errno == EINTR))
+				;
+			break;
+		}
 	}
 	for (size_t i = 0; i < n; i++)
 		killpg(pgids[i], SIGKILL);
