@@ -15,7 +15,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -449,6 +448,39 @@ int dri_store_server_port(const dri_store_server *s)
 
 /* ------------------------------------------------------------- client */
 
+/* connect() on a non-blocking fd, waiting for it until deadline (a
+ * blocking connect to an address nobody answers takes the kernel's time,
+ * seconds to minutes, whatever our timeout); 0, or -1 with errno. */
+static int connect_until(int fd, const struct addrinfo *ai, int64_t deadline)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLOUT };
+	socklen_t elen = sizeof(int);
+	int e = 0;
+
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		return 0;
+	if (errno != EINPROGRESS && errno != EINTR)
+		return -1;
+	for (;;) {
+		int64_t left = deadline - dri_now_ms();
+		int rc;
+
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		rc = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+		if (rc > 0)
+			break;
+		if (rc < 0 && errno != EINTR)
+			return -1;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) < 0)
+		return -1;
+	errno = e;
+	return e ? -1 : 0;
+}
+
 dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
 			 dri_store **out)
 {
@@ -469,12 +501,13 @@ dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
 	/* The server may not be up yet: retry until the deadline. */
 	for (;;) {
 		for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-			fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+			fd = socket(ai->ai_family, ai->ai_socktype |
+				    SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 			if (fd < 0) {
 				last = errno;
 				continue;
 			}
-			if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+			if (connect_until(fd, ai, deadline) == 0)
 				goto connected;
 			last = errno;
 			close(fd);
@@ -490,9 +523,9 @@ dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
 			strerror(last));
 connected:
 	freeaddrinfo(res);
+	/* Non-blocking (from socket()), so that every read and write
+	 * honours its timeout. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	/* Non-blocking, so that every read and write honours its timeout. */
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 	dri_store *st = malloc(sizeof(*st));
 	if (!st) {
 		close(fd);
