@@ -199,6 +199,8 @@ static dr_err allreduce_ring(dri_op *op)
 		}
 	err = dri_waitall(sr, (int)nreq);
 out:
+	if (err)
+		dri_coll_abandon(err);
 	free(off);
 	free(rr);
 	free(sr);
@@ -357,6 +359,8 @@ static dr_err allreduce_halving(dri_op *op)
 	}
 	err = DR_OK;
 out:
+	if (err)
+		dri_coll_abandon(err);
 	free(off);
 	free(rr);
 	free(rs);

@@ -8,6 +8,7 @@
  */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,16 @@ dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
 {
 	dr_err werr = n ? dri_waitall(reqs, n) : DR_OK;
 	return err ? err : werr;
+}
+
+void dri_coll_abandon(dr_err err)
+{
+	char why[512], msg[560];
+
+	snprintf(why, sizeof(why), "%s", dr_last_error());
+	snprintf(msg, sizeof(msg), "rank %d: %s", dr_get_rank(), why);
+	dri_transport_abort(err, msg); /* a no-op once aborted */
+	dri_set_last_error(why);
 }
 
 /* The device of the buffers this rank uses in the call, -1 for host

@@ -61,8 +61,10 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 		return DR_ENOMEM;
 	for (int i = 1; i < p; i++) {
 		err = dri_irecv(&reqs[i - 1], &op->id, dri_peer(g, i), NULL, 0);
-		if (err)
+		if (err) {
+			dri_coll_abandon(err); /* earlier receives are posted */
 			goto out;
+		}
 	}
 	err = dri_waitall_timeout(reqs, p - 1, op->timeout_ms);
 	if (err && err != DR_ETIMEDOUT)
