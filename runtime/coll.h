@@ -191,8 +191,8 @@ dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err);
  * reduction failed): aborts the transport, which fails and unlinks every
  * pending request, so that the caller may then free their memory.  The
  * group would be aborted for such a failure anyway (group.c's run_op);
- * this only does it before the requests' memory goes.  Keeps this
- * thread's error message. */
+ * this only does it before the requests' memory goes, with the same
+ * message ("rank R: why"). */
 void dri_coll_abandon(dr_err err);
 
 /* Scratch memory of n bytes (at least 1, so that a zero count still gets a
