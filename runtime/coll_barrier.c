@@ -48,13 +48,8 @@ dr_err dr_barrier(dr_group *group, dr_work **work, const int *device_ids,
 		return dri_fail(DR_EINVAL, "dr_barrier: %d device ids at %p",
 				n_device_ids, (const void *)device_ids);
 	memset(&op, 0, sizeof(op));
-	op.run = barrier_run;
-	op.id.coll = DRI_BARRIER;
-	op.id.dtype = -1;
-	op.id.op = -1;
-	op.id.root = -1;
-	op.group = g;
-	op.device = -1;
+	dri_coll_op(&op, barrier_run, DRI_BARRIER, g, NULL, NULL, 0,
+		    (dr_dtype)-1, -1, -1);
 	if (n_device_ids) {
 		/* Fail here, on this rank alone, not in the background
 		 * where the peers would wait for us until the timeout. */

@@ -136,15 +136,9 @@ dr_err dr_monitored_barrier(dr_group *group, int64_t timeout_ms,
 
 	if (err)
 		return err;
-	op.run = monitored_run;
-	op.id.coll = DRI_MONITORED_BARRIER;
-	op.id.dtype = -1;
-	op.id.op = -1;
-	op.id.root = -1;
-	op.group = g;
+	dri_coll_op(&op, monitored_run, DRI_MONITORED_BARRIER, g, NULL, NULL,
+		    0, (dr_dtype)-1, -1, -1);
 	op.count = wait_all_ranks != 0; /* not part of the identity */
-	op.root = -1;
 	op.timeout_ms = timeout_ms > 0 ? timeout_ms : dri_timeout_ms();
-	op.device = -1;
 	return dri_submit(&op, NULL);
 }

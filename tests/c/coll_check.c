@@ -166,6 +166,18 @@ static int64_t expect(dr_dtype t, dr_op op, size_t i)
 	return op == DR_AVG ? acc / size : acc;
 }
 
+/* Waits for an asynchronous call's handle (NULL: the call blocked) and
+ * frees it. */
+static void finish(dr_work *w)
+{
+	if (!w)
+		return;
+	TRY(dr_work_wait(w));
+	if (!dr_work_is_completed(w))
+		DIE("work not completed after dr_work_wait");
+	dr_work_free(w);
+}
+
 static void check_all_reduce(dr_dtype t, dr_op op, size_t count, int async)
 {
 	size_t es = dr_dtype_size(t);
@@ -178,12 +190,7 @@ static void check_all_reduce(dr_dtype t, dr_op op, size_t count, int async)
 		put(buf, i, t, val(t, op, rank, i));
 	TRY(dr_all_reduce(count ? buf : NULL, count, t, op, NULL,
 			  async ? &w : NULL));
-	if (async) {
-		TRY(dr_work_wait(w));
-		if (!dr_work_is_completed(w))
-			DIE("work not completed after dr_work_wait");
-		dr_work_free(w);
-	}
+	finish(w);
 	for (size_t i = 0; i < count; i++) {
 		double got = get(buf, i, t), want = (double)expect(t, op, i);
 		if (got != want)
@@ -206,10 +213,7 @@ static void check_broadcast(dr_dtype t, size_t count, int root, int async)
 		put(buf, i, t, rank == root ? (int64_t)((i * 7 + (size_t)root) % 100)
 					    : -1);
 	TRY(dr_broadcast(buf, count, t, root, NULL, async ? &w : NULL));
-	if (async) {
-		TRY(dr_work_wait(w));
-		dr_work_free(w);
-	}
+	finish(w);
 	for (size_t i = 0; i < count; i++) {
 		double got = get(buf, i, t);
 		double want = (double)((i * 7 + (size_t)root) % 100);
