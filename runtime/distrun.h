@@ -178,6 +178,12 @@ DR_API int dr_is_initialized(void);
 DR_API int dr_get_rank(void);
 DR_API int dr_get_world_size(void);
 
+/* The launcher whose variables the last dr_init_process_group read:
+ * "torchrun or distrun", "Open MPI", "MPICH (hydra)", "Slurm", "PMIx",
+ * or "" if none.  Set even when init failed; the string belongs to the
+ * library. */
+DR_API const char *dr_get_launcher(void);
+
 /* Waits for outstanding asynchronous work, closes every connection and
  * frees every group: subgroups the program did not destroy lose their
  * threads and members here.  Their handles stay safe: dr_group_rank gives

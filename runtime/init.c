@@ -3,7 +3,11 @@
  * rendezvous through the store, rank and world size, timeouts,
  * dr_destroy_process_group.
  *
- * Rendezvous (env:// or tcp://host:port): rank 0 serves the store; every
+ * Where the store is and who serves it (MASTER_*, tcp://, file://, other
+ * launchers' variables, torchrun's agent) is rdzv_env.c's to find out;
+ * the exchange below is the same whoever serves it.
+ *
+ * Rendezvous: rank 0 serves the store; every
  * rank connects to it (retrying until the timeout, as the server may start
  * later), rank 0 publishes the job id and the world size, every rank
  * publishes the address it listens on, rank 0 gathers them into one key
@@ -25,6 +29,7 @@
 #include <unistd.h>
 
 #include "dri.h"
+#include "rdzv.h"
 
 #define DEFAULT_TIMEOUT_MS (30 * 60 * 1000LL)
 
@@ -33,7 +38,8 @@ static struct {
 	int rank, size;
 	int64_t timeout_ms;
 	dri_store_server *srv;
-	dri_store *st;
+	dri_kv kv;
+	dri_rdzv_plan plan;
 	int atexit_set;
 	pid_t pid; /* the process that joined */
 } I = { .rank = -1, .size = -1 };
@@ -119,28 +125,7 @@ int dr_get_world_size(void)
 
 dri_store *dri_world_store(void)
 {
-	return I.on ? I.st : NULL;
-}
-
-/* An integer variable in [lo, hi]: DR_EENV naming it otherwise. */
-static dr_err env_int(const char *name, long lo, long hi, int *out)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return dri_fail(DR_EENV, "environment variable %s is not set "
-				"(start the program with `distrun -n N`, or set "
-				"MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)",
-				name);
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < lo || v > hi)
-		return dri_fail(DR_EENV, "environment variable %s='%s' is not "
-				"an integer in [%ld, %ld]", name, s, lo, hi);
-	*out = (int)v;
-	return DR_OK;
+	return I.on ? I.kv.st : NULL;
 }
 
 static void job_hash(const char *s, uint8_t out[16])
@@ -208,7 +193,7 @@ static dr_err split_addrs(const char *all, int n, char ***out)
 	return DR_OK;
 }
 
-static dr_err rendezvous(const char *host, int port)
+static dr_err rendezvous(void)
 {
 	char key[64], me[128], myhost[80];
 	uint8_t job[20];
@@ -220,17 +205,12 @@ static dr_err rendezvous(const char *host, int port)
 	dr_err err;
 	int64_t t = I.timeout_ms;
 
-	if (I.rank == 0) {
-		err = dri_store_server_start(NULL, port, &I.srv);
-		if (err)
-			return err;
-	}
-	err = dri_store_connect(host, port, t, &I.st);
+	err = dri_rdzv_open(&I.plan, t, &I.srv, &I.kv);
 	if (err)
 		return err;
 	/* Two processes with one RANK would corrupt everything after. */
 	snprintf(key, sizeof(key), "rank/%d", I.rank);
-	err = dri_store_add(I.st, key, 1, &n);
+	err = dri_kv_add(&I.kv, key, 1, &n);
 	if (err)
 		return err;
 	if (n != 1)
@@ -241,7 +221,7 @@ static dr_err rendezvous(const char *host, int port)
 		int32_t ws = I.size;
 		if (run && *run) {
 			char tmp[512];
-			snprintf(tmp, sizeof(tmp), "%s:%d", run, port);
+			snprintf(tmp, sizeof(tmp), "%s:%d", run, I.plan.port);
 			job_hash(tmp, job);
 		} else if (getrandom(job, 16, 0) != 16) {
 			snprintf(key, sizeof(key), "%d:%lld", (int)getpid(),
@@ -249,12 +229,12 @@ static dr_err rendezvous(const char *host, int port)
 			job_hash(key, job);
 		}
 		memcpy(job + 16, &ws, 4);
-		err = dri_store_set(I.st, "job", job, sizeof(job));
+		err = dri_kv_set(&I.kv, "job", job, sizeof(job));
 		if (err)
 			return err;
 	} else {
 		int32_t ws;
-		err = dri_store_get(I.st, "job", &val, &len, t);
+		err = dri_kv_get(&I.kv, "job", &val, &len, t);
 		if (err)
 			return err;
 		if (len != sizeof(job)) {
@@ -272,12 +252,12 @@ static dr_err rendezvous(const char *host, int port)
 	err = dri_transport_listen(I.rank, I.size, &lport);
 	if (err)
 		return err;
-	err = local_host(dri_store_fd(I.st), myhost, sizeof(myhost));
+	err = local_host(dri_kv_fd(&I.kv), myhost, sizeof(myhost));
 	if (err)
 		return err;
 	snprintf(me, sizeof(me), "%s:%d", myhost, lport);
 	snprintf(key, sizeof(key), "addr/%d", I.rank);
-	err = dri_store_set(I.st, key, me, strlen(me));
+	err = dri_kv_set(&I.kv, key, me, strlen(me));
 	if (err)
 		return err;
 	if (I.rank == 0) {
@@ -287,7 +267,7 @@ static dr_err rendezvous(const char *host, int port)
 			return dri_fail(DR_ENOMEM, "out of memory");
 		for (int r = 0; r < I.size; r++) {
 			snprintf(key, sizeof(key), "addr/%d", r);
-			err = dri_store_get(I.st, key, &val, &len, t);
+			err = dri_kv_get(&I.kv, key, &val, &len, t);
 			if (err) {
 				free(all);
 				return dri_fail(err, "rank %d did not join within "
@@ -309,12 +289,12 @@ static dr_err rendezvous(const char *host, int port)
 			free(val);
 		}
 		all[used] = 0;
-		err = dri_store_set(I.st, "addrs", all, used);
+		err = dri_kv_set(&I.kv, "addrs", all, used);
 		if (!err)
 			err = split_addrs(all, I.size, &addrs);
 		free(all);
 	} else {
-		err = dri_store_get(I.st, "addrs", &val, &len, t);
+		err = dri_kv_get(&I.kv, "addrs", &val, &len, t);
 		if (!err) {
 			err = split_addrs(val, I.size, &addrs);
 			free(val);
@@ -334,49 +314,10 @@ static void leave_at_exit(void)
 		dr_destroy_process_group();
 }
 
-/* Parses "tcp://host:port" (host may be "[v6]"). */
-static dr_err parse_tcp_url(const char *url, char *host, size_t hsize, int *port)
-{
-	const char *p = url + 6, *colon;
-	char *end;
-	long v;
-	size_t hl;
-
-	if (*p == '[') {
-		const char *rb = strchr(p, ']');
-		if (!rb || rb[1] != ':')
-			goto bad;
-		p++;
-		hl = (size_t)(rb - p);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(p, ':');
-		if (!colon)
-			goto bad;
-		hl = (size_t)(colon - p);
-	}
-	if (!hl || hl >= hsize)
-		goto bad;
-	memcpy(host, p, hl);
-	host[hl] = 0;
-	errno = 0;
-	v = strtol(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || (*end && *end != '?' && *end != '/') ||
-	    v < 1 || v > 65535)
-		goto bad;
-	*port = (int)v;
-	return DR_OK;
-bad:
-	return dri_fail(DR_EINVAL, "init_method '%s': expected tcp://HOST:PORT "
-			"with a port in 1..65535", url);
-}
-
 dr_err dr_init_process_group_opts(const dr_init_options *opts)
 {
 	dr_init_options dflt = DR_INIT_OPTIONS_INIT;
 	const char *method, *backend;
-	char host[256];
-	int port = 0;
 	dr_err err;
 
 	if (!opts)
@@ -397,42 +338,13 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 			return err;
 	}
 	method = opts->init_method ? opts->init_method : "env://";
-	if (!strcmp(method, "env://")) {
-		const char *a = getenv("MASTER_ADDR");
-		if (!a || !*a)
-			return dri_fail(DR_EENV, "environment variable MASTER_ADDR "
-					"is not set (start the program with "
-					"`distrun -n N`, or set MASTER_ADDR, "
-					"MASTER_PORT, RANK and WORLD_SIZE)");
-		if (strlen(a) >= sizeof(host))
-			return dri_fail(DR_EENV, "MASTER_ADDR is too long");
-		strcpy(host, a);
-		err = env_int("MASTER_PORT", 1, 65535, &port);
-		if (err)
-			return err;
-	} else if (!strncmp(method, "tcp://", 6)) {
-		err = parse_tcp_url(method, host, sizeof(host), &port);
-		if (err)
-			return err;
-	} else {
-		return dri_fail(DR_EINVAL, "dr_init_process_group: init_method "
-				"'%s' is not supported (use \"env://\" or "
-				"\"tcp://HOST:PORT\")", method);
-	}
-	if (opts->world_size > 0)
-		I.size = opts->world_size;
-	else if ((err = env_int("WORLD_SIZE", 1, 1 << 20, &I.size)))
-		return err;
-	if (opts->rank >= 0)
-		I.rank = opts->rank;
-	else if ((err = env_int("RANK", 0, 1 << 20, &I.rank)))
-		return err;
-	if (I.rank >= I.size) {
-		err = dri_fail(DR_EENV, "RANK=%d is not below WORLD_SIZE=%d",
-			       I.rank, I.size);
+	err = dri_rdzv_plan_make(method, opts->rank, opts->world_size, &I.plan);
+	if (err)
 		goto fail;
-	}
-	err = rendezvous(host, port);
+	I.rank = I.plan.rank;
+	I.size = I.plan.size;
+	err = rendezvous();
+	dri_rdzv_joined(&I.plan);
 	if (err)
 		goto fail;
 	err = dri_groups_init(I.rank, I.size);
@@ -453,14 +365,17 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 fail:
 	{
 		char msg[1024];
+		const char *l = dr_get_launcher();
 		snprintf(msg, sizeof(msg), "%s", dr_last_error());
 		dri_transport_stop();
-		dri_store_close(I.st);
+		dri_kv_close(&I.kv);
 		dri_store_server_stop(I.srv);
-		I.st = NULL;
 		I.srv = NULL;
 		I.rank = I.size = -1;
 		I.timeout_ms = 0;
+		/* Under another launcher, say which one was read. */
+		if (*l && strcmp(l, "torchrun or distrun") && !strstr(msg, l))
+			return dri_fail(err, "%s [launcher: %s]", msg, l);
 		return dri_fail(err, "%s", msg);
 	}
 }
@@ -482,9 +397,8 @@ dr_err dr_destroy_process_group(void)
 	dri_groups_shutdown();
 	dri_transport_stop();
 	dri_scratch_release();
-	dri_store_close(I.st);
+	dri_kv_close(&I.kv);
 	dri_store_server_stop(I.srv);
-	I.st = NULL;
 	I.srv = NULL;
 	I.on = 0;
 	I.rank = I.size = -1;
