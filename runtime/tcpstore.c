@@ -130,6 +130,19 @@ unsigned char *dri_tcpstore_encode(int dialect, int cmd, const char *key,
 
 /* ------------------------------------------------------------ the wire */
 
+/* Waits for events on fd, a second at most at a time so that the
+ * caller's loop sees the deadline: -2 once the deadline has passed. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd pf = { fd, events, 0 };
+	int64_t left = deadline - dri_now_ms();
+
+	if (left <= 0)
+		return -2;
+	poll(&pf, 1, left > 1000 ? 1000 : (int)left);
+	return 0;
+}
+
 /* Sends all of buf before deadline: 0, or -1 (errno) / -2 (time). */
 static int send_by(int fd, const void *buf, size_t len, int64_t deadline)
 {
@@ -143,11 +156,8 @@ static int send_by(int fd, const void *buf, size_t len, int64_t deadline)
 		} else if (n < 0 && errno == EINTR) {
 			continue;
 		} else if (n < 0 && errno == EAGAIN) {
-			struct pollfd pf = { fd, POLLOUT, 0 };
-			int64_t left = deadline - dri_now_ms();
-			if (left <= 0)
+			if (wait_fd(fd, POLLOUT, deadline))
 				return -2;
-			poll(&pf, 1, left > 1000 ? 1000 : (int)left);
 		} else {
 			return -1;
 		}
@@ -172,11 +182,8 @@ static int recv_by(int fd, void *buf, size_t len, int64_t deadline)
 		} else if (errno == EINTR) {
 			continue;
 		} else if (errno == EAGAIN) {
-			struct pollfd pf = { fd, POLLIN, 0 };
-			int64_t left = deadline - dri_now_ms();
-			if (left <= 0)
+			if (wait_fd(fd, POLLIN, deadline))
 				return -2;
-			poll(&pf, 1, left > 1000 ? 1000 : (int)left);
 		} else {
 			return -1;
 		}

@@ -107,7 +107,10 @@ static int test_calls_before_init_fail_cleanly(void)
 	CHECK(dr_destroy_process_group() == DR_ENOINIT);
 	CHECK(dr_init_process_group("nccl", NULL) == DR_EINVAL);
 	CHECK(strstr(dr_last_error(), "'nccl'"));
-	CHECK(dr_init_process_group(NULL, "file:///tmp/x") == DR_EINVAL);
+	CHECK(dr_init_process_group(NULL, "udp://h:1") == DR_EINVAL);
+	CHECK(strstr(dr_last_error(), "file:///PATH"));
+	CHECK(dr_init_process_group(NULL, "file://relative") == DR_EINVAL);
+	CHECK(strstr(dr_last_error(), "file:///ABSOLUTE/PATH"));
 	CHECK(dr_init_process_group(NULL, "tcp://host") == DR_EINVAL);
 	CHECK(strstr(dr_last_error(), "tcp://HOST:PORT"));
 	return 0;
