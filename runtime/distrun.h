@@ -162,7 +162,10 @@ typedef struct {
 #define DR_INIT_OPTIONS_INIT { NULL, NULL, -1, -1, 0 }
 
 /* Joins the job: rank 0 hosts a key-value store at MASTER_ADDR:MASTER_PORT
- * (or the tcp:// address); every rank registers its listening address there
+ * (or the tcp:// address; under torchrun the agent's TCPStore serves
+ * instead; without MASTER_* under mpirun, mpiexec or srun on one host, or
+ * with file:///PATH, at an address published in a file: see distrun.3,
+ * "Under other launchers"); every rank registers its listening address there
  * and connections between ranks are then made as the collectives need them.
  * Blocks until every rank has joined or the timeout passes.  Errors:
  * DR_EENV (a variable missing or malformed, named in dr_last_error),
