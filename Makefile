@@ -54,9 +54,11 @@ PROGS    := $(PROG_SRC:testdata/progs/%.c=$(B)/testdata/%)
 CTESTS   := $(CTEST_SRC:tests/c/%.c=$(B)/tests/%)
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%)
 BENCHES  := $(BENCH_SRC:scripts/%.c=$(B)/bench/%)
+FAKE_CUDA := $(B)/fake/libcuda.so
 
 .PHONY: all test test-unit test-bats test-gpu bench install clean
-all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) $(BENCHES)
+all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) $(BENCHES) \
+     $(FAKE_CUDA)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -110,6 +112,14 @@ $(B)/testdata/%: testdata/progs/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -lpthread
+# The strict fake CUDA driver (tests), under both names a process may load
+# the driver by; never sanitized (it is loaded into any program).
+$(FAKE_CUDA): testdata/fake_libcuda.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -O1 -g -shared \
+		-fPIC -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+	$(Q)ln -sf libcuda.so $(dir $@)libcuda.so.1
 
 # --- GPU tests: they need a kernel, so they are built only where nvcc is
 # (never under ASAN: nvcc links without the sanitizer runtime).  Kernels for

@@ -116,8 +116,8 @@ void dri_coll_abandon(dr_err err)
 /* The device of the buffers this rank uses in the call, -1 for host
  * memory.  Both are asked: a root's gather may have its sendbuf on a
  * device and its recvbuf on the host, and taking the host path for it
- * would read device memory.  When they differ, dri_submit refuses the call
- * (dri_cuda_check_buffers) before anything is sent. */
+ * would read device memory.  When they differ, the staged call's start
+ * refuses it (dri_cuda_check_buffers) before anything is sent. */
 static int coll_device(dri_coll coll, const dr_group *g, const void *sendbuf,
 		       const void *buf, int root)
 {
@@ -151,6 +151,8 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 	op->redop = redop < 0 ? DR_SUM : (dr_op)redop;
 	op->root = root;
 	op->device = coll_device(coll, g, sendbuf, buf, root);
+	if (op->device >= 0)
+		dri_cuda_stage_op(op);
 }
 
 dr_err dri_rooted_run(dri_op *op, dri_rooted_fn tree, dri_rooted_fn direct)

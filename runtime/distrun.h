@@ -219,13 +219,26 @@ DR_API void dr_group_destroy(dr_group *group);
 /* -------------------------------------------------------- collectives */
 
 /* Every rank of the group waits until all have called it.  With
- * device_ids (n_device_ids > 0), first synchronises the current stream
- * (dr_cuda_set_stream) of each listed CUDA device, so that work queued on
- * them before the call is complete on every rank when it returns;
- * DR_ENOCUDA where CUDA is not available (the message says why),
- * DR_EINVAL for a device id out of range. */
+ * device_ids (n_device_ids > 0), first waits for the selected stream
+ * (dr_cuda_set_stream; the legacy default stream if none) of each listed
+ * CUDA device as it stood at the call, so that the work queued on that
+ * stream before the call is complete on every rank when it returns.
+ * Only that stream: work on other streams that do not synchronise with it
+ * (non-blocking streams, such as PyTorch's side streams, and other
+ * threads' per-thread default streams) is not waited for; for all the
+ * work of a device use dr_cuda_barrier_device.  DR_ENOCUDA where CUDA is
+ * not available (the message says why), DR_EINVAL for a device id out of
+ * range. */
 DR_API dr_err dr_barrier(dr_group *group, dr_work **work,
 			 const int *device_ids, int n_device_ids);
+
+/* As dr_barrier with device ids, but each listed device is synchronised
+ * whole (cuCtxSynchronize of its primary context: every stream, every
+ * thread's), bounded by the timeout.  Asynchronously, it waits for what
+ * the devices hold when the barrier runs, which includes what they held
+ * at the call.  n_device_ids must be at least 1. */
+DR_API dr_err dr_cuda_barrier_device(dr_group *group, dr_work **work,
+				     const int *device_ids, int n_device_ids);
 
 /* buf (count elements) becomes the reduction of every rank's buf. */
 DR_API dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op op,
@@ -328,8 +341,13 @@ DR_API int dr_cuda_available(void);
 DR_API int dr_cuda_device_count(void);
 /* Selects the stream (a cudaStream_t) that dr_barrier's device_ids
  * synchronise and that device-buffer collectives order against on
- * `device`; NULL selects the legacy default stream.  DR_ENOCUDA without
- * CUDA, DR_EINVAL for a device out of range. */
+ * `device`; NULL selects the legacy default stream.  A call takes the
+ * stream selected when it is made: a later dr_cuda_set_stream does not
+ * move it.  cudaStreamPerThread names the calling thread's stream: a
+ * blocking collective takes it, an asynchronous one on device buffers
+ * fails with DR_EINVAL (it completes on another thread).  DR_ENOCUDA
+ * without CUDA, DR_EINVAL for a device out of range or a stream of
+ * another context than the device's primary one. */
 DR_API dr_err dr_cuda_set_stream(int device, void *stream);
 
 /* Device memory for C programs built without the CUDA toolkit (the
@@ -342,7 +360,9 @@ DR_API dr_err dr_cuda_alloc(int device, size_t bytes, void **ptr);
 /* Frees memory from dr_cuda_alloc or cudaMalloc; NULL is a no-op. */
 DR_API dr_err dr_cuda_free(void *ptr);
 /* Copies bytes between host and device memory in any direction; blocks
- * until done, ordered after earlier work on the legacy default stream. */
+ * until the copy is done (also device to device and from pageable host
+ * memory, where cuMemcpy returns early), ordered after earlier work on the
+ * legacy default stream; DR_ETIMEDOUT after the timeout. */
 DR_API dr_err dr_cuda_memcpy(void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus

@@ -10,8 +10,11 @@
  *   group.c      process group state, dr_new_group, the ordering of calls,
  *                the progress threads and dr_work handles      (dri_submit)
  *   coll_*.c     the algorithms, written only against this header
- *   cuda.c       the CUDA runtime loaded at run time, staging of device
- *                buffers, stream synchronisation
+ *   cuda_driver.c  the CUDA driver loaded at run time, contexts, pointer
+ *                queries (internal header cuda_driver.h; nothing above
+ *                cuda_stage.c includes it)
+ *   cuda_stage.c device buffers in collectives staged through pinned host
+ *                memory, the barrier's device synchronisation
  *
  * Names here are dri_*; nothing in this file is exported from the .so.
  */
@@ -144,10 +147,21 @@ dr_group *dri_world(void);
 
 /* One collective call, as the algorithm needs it.  The entry point fills
  * it and hands it to dri_submit; run() executes the algorithm on whatever
- * thread dri_submit picks.  Fields an algorithm does not use stay zero. */
+ * thread dri_submit picks.  Fields an algorithm does not use stay zero.
+ * The scheduler knows nothing else of an op: start and release, where set,
+ * frame run (CUDA: what the caller's stream holds at submission). */
 typedef struct dri_op dri_op;
 struct dri_op {
 	dr_err (*run)(dri_op *op);
+	/* On the calling thread in dri_submit, before the call takes its
+	 * sequence number; async says it will run on the progress thread.
+	 * An error fails the call there, on this rank alone. */
+	dr_err (*start)(dri_op *op, int async);
+	/* Once, after run or instead of it (a call that never ran), on any
+	 * thread: frees what start took.  Also on dri_submit's errors. */
+	void (*release)(dri_op *op);
+	dr_err (*host_run)(dri_op *op); /* staged calls: the host algorithm */
+	void *priv;         /* start's, for run and release */
 	dri_msg_id id;      /* group_id and seq are filled by dri_submit */
 	dr_group *group;
 	const void *sendbuf;
@@ -199,13 +213,14 @@ dr_work *dri_work_p2p_new(void);
 dri_req *dri_work_req(dr_work *w);
 void dri_work_p2p_start(dr_work *w);
 
-/* Checks membership, assigns id.group_id and id.seq, then: work == NULL:
+/* Checks membership, runs op->start if set, assigns id.group_id and
+ * id.seq, then: work == NULL:
  * waits for the group's earlier asynchronous calls, runs op->run on the
  * calling thread and returns its status; work != NULL: copies op, queues
- * it on the group's progress thread and returns a handle.  Device buffers
- * (op->device >= 0) are staged through host memory by cuda.c.
+ * it on the group's progress thread and returns a handle.
  * dri_submit owns op->counts and op->device_ids (malloc'ed by the entry
- * point): it frees them when the op is done, or at once on error. */
+ * point) and op->priv (through op->release): it frees them when the op is
+ * done, or at once on error. */
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
 /* Deadline arithmetic: monotonic milliseconds, and the job's timeout. */
@@ -304,6 +319,9 @@ void dri_transport_wake(void);
 
 /* ------------------------------------------------------------- CUDA */
 
+/* The driver itself (cuda_driver.c) is below this header's users, behind
+ * cuda_driver.h; what the collectives use of CUDA (cuda_stage.c) is here. */
+
 /* The device a pointer lives on, or -1 for host memory (and always -1
  * without CUDA).  Called by every collective entry point, so it must cost
  * well under a microsecond on host memory where CUDA is absent: no
@@ -311,17 +329,25 @@ void dri_transport_wake(void);
  * ~0.7 ms here, more than a whole barrier); decide once, or watch the
  * link map (dl_iterate_phdr) instead. */
 int dri_cuda_ptr_device(const void *p);
-/* Synchronises the selected stream of each device; DR_ENOCUDA without
- * CUDA. */
-dr_err dri_cuda_sync_devices(const int *device_ids, int n);
+/* Makes op, whose buffers are on op->device, a staged call: its run
+ * becomes the staging through pinned host memory around the host
+ * algorithm (kept in host_run); its start checks the buffers and records
+ * the user's stream at submission (dri_coll_op calls this). */
+void dri_cuda_stage_op(dri_op *op);
 /* Checks that every buffer op uses on this rank (not a non-root's
  * gather recvbuf or scatter sendbuf) is on op->device: DR_EINVAL naming
- * the buffer and where it is otherwise.  dri_submit calls it before the
- * call takes its sequence number, so a rank mixing host and device
- * buffers fails alone and at once. */
+ * the buffer and where it is otherwise.  The start of a staged call runs
+ * it before the call takes its sequence number, so a rank mixing host and
+ * device buffers fails alone and at once. */
 dr_err dri_cuda_check_buffers(const dri_op *op);
-/* Runs op, whose buffers are on op->device, by staging them through pinned
- * host memory in chunks. */
-dr_err dri_cuda_run_staged(dri_op *op);
+/* For a barrier with device ids: checks them (DR_ENOCUDA without CUDA,
+ * DR_EINVAL out of range; messages start with call) and sets op's start
+ * and release so that each device's stream is marked at submission, or
+ * with whole_device each device is synchronised whole when it runs. */
+dr_err dri_cuda_barrier_op(dri_op *op, const char *call, const int *device_ids,
+			   int n, int whole_device);
+/* In the barrier's run, before the host barrier: waits for what
+ * dri_cuda_barrier_op set up (nothing for an op without it). */
+dr_err dri_cuda_barrier_wait(dri_op *op);
 
 #endif /* DRI_H */

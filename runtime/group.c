@@ -260,7 +260,7 @@ static dr_err run_op(dri_op *op)
 	cur_timeout_ms = op->timeout_ms > 0 ? op->timeout_ms : dri_timeout_ms();
 	err = dri_transport_check();
 	if (!err) {
-		err = op->device >= 0 ? dri_cuda_run_staged(op) : op->run(op);
+		err = op->run(op);
 		/* A failure of our own (out of memory, a CUDA error) in the
 		 * middle of a collective leaves the peers waiting for our part
 		 * until their timeout, and our sequence numbers out of step
@@ -282,6 +282,8 @@ static dr_err run_op(dri_op *op)
 		}
 	}
 	cur_timeout_ms = saved;
+	if (op->release)
+		op->release(op);
 	free(op->counts);
 	free(op->device_ids);
 	op->counts = NULL;
@@ -437,8 +439,8 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 			       "the group", call, G.rank);
 		goto fail;
 	}
-	if (op.device >= 0) {
-		err = dri_cuda_check_buffers(&op);
+	if (op.start) {
+		err = op.start(&op, work != NULL);
 		if (err)
 			goto fail;
 	}
@@ -481,6 +483,8 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 	*work = w;
 	return DR_OK;
 fail:
+	if (op.release)
+		op.release(&op);
 	free(w);
 	free(op.counts);
 	free(op.device_ids);

@@ -7,14 +7,14 @@
 
 load common
 
-# testdata/fake_libcuda.c: a strict stand-in for the driver (device memory
-# the host cannot touch, copies that happen only when waited for), which
-# lets the staging code run here.
+# testdata/fake_libcuda.c, built by make: a strict stand-in for the driver
+# (contexts, device memory the host cannot touch, copies that happen only
+# when waited for), which lets the staging code run here.  Strict: the
+# first misuse it sees aborts the rank with "fake_libcuda: ...".
 setup_file() {
-	FAKE_CUDA=$BATS_FILE_TMPDIR/libfakecuda.so
-	export FAKE_CUDA
-	"${CC:-cc}" -std=c11 -D_GNU_SOURCE -O1 -shared -fPIC -o "$FAKE_CUDA" \
-		"$BATS_TEST_DIRNAME/../testdata/fake_libcuda.c" -lpthread
+	FAKE_CUDA=$B/fake/libcuda.so
+	export FAKE_CUDA FAKE_CUDA_STRICT=1
+	[ -f "$FAKE_CUDA" ] || { echo "$FAKE_CUDA missing: run make" >&2; return 1; }
 }
 
 # True where libdistrun can use CUDA (then these tests skip: they are about

@@ -1,55 +1,84 @@
 /*
  * cuda_detect.c - a program that uses CUDA on its own, as programs do
- * (through the CUDA runtime, which loads the driver), and hands device
- * memory to dr_all_reduce without ever calling a dr_cuda_* function:
- * libdistrun must notice that the driver is in the process, recognise the
- * pointer and stage it.  Here the driver is whatever DISTRUN_CUDA_LIB
- * names (tests/cuda.bats: the fake driver of testdata/fake_libcuda.c);
- * without it the program prints "skip - ..." and exits 0.
+ * (through the CUDA runtime, which loads the driver and makes the device's
+ * primary context current), and hands device memory to dr_all_reduce
+ * without ever calling a dr_cuda_* function: libdistrun must notice that
+ * the driver is in the process, recognise the pointer and stage it.
  *
- *   DISTRUN_CUDA_LIB=libfakecuda.so distrun -n 3 build/tests/cuda_detect
+ *   cuda_detect [--managed] [LIB]
  *
- * The input reaches the device by an asynchronous copy on the default
- * stream that nothing waits for: the collective must order itself after it.
- * Prints "ok - rank R: ..." when every element holds the sum over ranks.
+ * The driver is LIB, loaded by path under whatever name it has (libcuda.so
+ * or libcuda.so.1: libdistrun must find either), else what
+ * DISTRUN_CUDA_LIB names (tests/cuda.bats: the fake driver of
+ * testdata/fake_libcuda.c); without either it prints "skip - ..." and
+ * exits 0.  --managed takes managed memory (cuMemAllocManaged), which the
+ * host can read but which the collective must still stage, since its
+ * content is what the stream will have written.
+ *
+ * The input reaches the buffer by an asynchronous copy from pinned memory
+ * on the default stream that nothing waits for: the collective must order
+ * itself after it.  Prints "ok - rank R: ..." when every element holds the
+ * sum over ranks.
  */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "distrun.h"
 
 #define COUNT 100000
 
-typedef int (*cu_init_fn)(unsigned);
-typedef int (*cu_alloc_fn)(unsigned long long *, size_t);
-typedef int (*cu_memcpy_fn)(unsigned long long, unsigned long long, size_t);
-typedef int (*cu_memcpy_async_fn)(unsigned long long, unsigned long long,
-				  size_t, void *);
+typedef unsigned long long dptr;
 
-int main(void)
+static struct {
+	int (*init)(unsigned);
+	int (*retain)(void **, int);
+	int (*set_current)(void *);
+	int (*alloc)(dptr *, size_t);
+	int (*alloc_managed)(dptr *, size_t, unsigned);
+	int (*host_alloc)(void **, size_t, unsigned);
+	int (*copy)(dptr, dptr, size_t);
+	int (*copy_async)(dptr, dptr, size_t, void *);
+	int (*sync)(void);
+} cu;
+
+static int load(void *h)
 {
-	const char *lib = getenv("DISTRUN_CUDA_LIB");
+	*(void **)&cu.init = dlsym(h, "cuInit");
+	*(void **)&cu.retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+	*(void **)&cu.set_current = dlsym(h, "cuCtxSetCurrent");
+	*(void **)&cu.alloc = dlsym(h, "cuMemAlloc_v2");
+	*(void **)&cu.alloc_managed = dlsym(h, "cuMemAllocManaged");
+	*(void **)&cu.host_alloc = dlsym(h, "cuMemHostAlloc");
+	*(void **)&cu.copy = dlsym(h, "cuMemcpy");
+	*(void **)&cu.copy_async = dlsym(h, "cuMemcpyAsync");
+	*(void **)&cu.sync = dlsym(h, "cuCtxSynchronize");
+	return cu.init && cu.retain && cu.set_current && cu.alloc &&
+		cu.alloc_managed && cu.host_alloc && cu.copy && cu.copy_async &&
+		cu.sync;
+}
+
+int main(int argc, char **argv)
+{
+	int managed = argc > 1 && !strcmp(argv[1], "--managed");
+	const char *lib = argc > 1 + managed ? argv[1 + managed] :
+		getenv("DISTRUN_CUDA_LIB");
 	void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_GLOBAL) : NULL;
-	cu_init_fn init;
-	cu_alloc_fn alloc;
-	cu_memcpy_fn copy;
-	cu_memcpy_async_fn copy_async;
-	unsigned long long d = 0;
-	static int32_t host[COUNT];
+	void *ctx = NULL;
+	dptr d = 0;
+	int32_t *host = NULL;
+	size_t bytes = COUNT * sizeof(int32_t);
 
 	if (!h) {
-		printf("skip - no driver library named by DISTRUN_CUDA_LIB\n");
+		printf("skip - no driver library given\n");
 		return 0;
 	}
-	*(void **)&init = dlsym(h, "cuInit");
-	*(void **)&alloc = dlsym(h, "cuMemAlloc_v2");
-	*(void **)&copy = dlsym(h, "cuMemcpy");
-	*(void **)&copy_async = dlsym(h, "cuMemcpyAsync");
-	if (!init || !alloc || !copy || !copy_async || init(0) ||
-	    alloc(&d, sizeof host)) {
-		fprintf(stderr, "%s: cannot allocate device memory\n", lib);
+	if (!load(h) || cu.init(0) || cu.retain(&ctx, 0) || cu.set_current(ctx) ||
+	    (managed ? cu.alloc_managed(&d, bytes, 1) : cu.alloc(&d, bytes)) ||
+	    cu.host_alloc((void **)&host, bytes, 0)) {
+		fprintf(stderr, "%s: cannot allocate memory\n", lib);
 		return 1;
 	}
 	if (dr_init_process_group(NULL, NULL)) {
@@ -61,16 +90,23 @@ int main(void)
 		host[i] = (rank + 1) * (i % 7 + 1);
 	/* Queued, not waited for: the collective must order itself after it
 	 * (the fake driver copies only when something waits). */
-	copy_async(d, (unsigned long long)(uintptr_t)host, sizeof host, NULL);
+	cu.copy_async(d, (dptr)(uintptr_t)host, bytes, NULL);
 
 	dr_err err = dr_all_reduce((void *)(uintptr_t)d, COUNT, DR_INT32, DR_SUM,
 				   NULL, NULL);
 	if (err) {
-		printf("not ok - rank %d: all_reduce on device memory: %s\n", rank,
-		       dr_last_error());
+		printf("not ok - rank %d: all_reduce on %s memory: %s\n", rank,
+		       managed ? "managed" : "device", dr_last_error());
 		return 1;
 	}
-	copy((unsigned long long)(uintptr_t)host, d, sizeof host);
+	/* As a CUDA program reads its results: managed memory directly after
+	 * synchronising, device memory by a copy. */
+	if (managed) {
+		cu.sync();
+		memcpy(host, (void *)(uintptr_t)d, bytes);
+	} else {
+		cu.copy((dptr)(uintptr_t)host, d, bytes);
+	}
 	for (int i = 0; i < COUNT; i++)
 		if (host[i] != n * (n + 1) / 2 * (i % 7 + 1)) {
 			printf("not ok - rank %d: element %d is %d, expected %d\n",
@@ -78,6 +114,7 @@ int main(void)
 			return 1;
 		}
 	dr_destroy_process_group();
-	printf("ok - rank %d: device memory found and reduced\n", rank);
+	printf("ok - rank %d: %s memory found and reduced\n", rank,
+	       managed ? "managed" : "device");
 	return 0;
 }

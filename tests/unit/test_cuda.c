@@ -52,9 +52,12 @@ static int test_unavailable_answers(void)
 	CHECK(dr_cuda_memcpy(&dev, &dev, sizeof dev) == DR_ENOCUDA);
 	CHECK(dr_cuda_free(NULL) == DR_OK);
 	CHECK(dr_cuda_free(&dev) == DR_ENOCUDA);
-	CHECK(dri_cuda_sync_devices(&dev, 1) == DR_ENOCUDA);
-	CHECK(!strncmp(dr_last_error(), "CUDA not available: ", 20));
-	CHECK(dri_cuda_sync_devices(NULL, 0) == DR_OK);
+	dri_op op;
+	memset(&op, 0, sizeof op);
+	CHECK(dri_cuda_barrier_op(&op, "dr_barrier", &dev, 1, 0) == DR_ENOCUDA);
+	CHECKF(!strncmp(dr_last_error(), "dr_barrier: device_ids given but "
+			"CUDA not available: ", 52), "%s", dr_last_error());
+	CHECK(op.start == NULL && op.priv == NULL);
 	return 0;
 }
 
@@ -71,8 +74,11 @@ static int test_run_staged_without_cuda(void)
 	op.count = 1;
 	op.dtype = DR_INT32;
 	op.device = 0;
-	CHECK(dri_cuda_run_staged(&op) == DR_ENOCUDA);
+	dri_cuda_stage_op(&op);
+	CHECK(op.start && op.release && op.run != op.host_run);
+	CHECK(op.start(&op, 0) == DR_ENOCUDA);
 	CHECK(strstr(dr_last_error(), "CUDA not available"));
+	op.release(&op);
 	return 0;
 }
 
