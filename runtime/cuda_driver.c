@@ -434,6 +434,27 @@ void dri_cu_event_put(int device, CUevent ev, unsigned gen)
 	pthread_mutex_unlock(&d->lock);
 }
 
+dr_err dri_cu_record(int device, CUstream s, CUevent *ev, unsigned *gen)
+{
+	CUresult r = CUDA_SUCCESS;
+	dr_err err;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if ((err = dri_cu_event_get(device, ev, gen)))
+			return err;
+		r = dri_cu.EventRecord(*ev, s);
+		if (r == CUDA_SUCCESS)
+			return DR_OK;
+		if (!dri_cu_dead(r))
+			break;
+		/* A reset context: drop what the pools hold, try again. */
+		dri_cu_context_lost(device, *gen);
+	}
+	dri_cu_event_put(device, *ev, *gen);
+	*ev = NULL;
+	return dri_cu_fail(r, "cuEventRecord on the selected stream", device);
+}
+
 /* Polls, yielding at first (a copy of a chunk takes tens of microseconds),
  * then sleeping with a growing pause so a long kernel costs no CPU. */
 dr_err dri_cu_wait_event(CUevent ev, int device, int64_t deadline,
@@ -738,14 +759,10 @@ dr_err dr_cuda_memcpy(void *dst, const void *src, size_t bytes)
 		err = dri_cu_fail(r, "cuMemcpy", device);
 		goto out;
 	}
-	if ((err = dri_cu_event_get(device, &ev, &gen)))
+	if ((err = dri_cu_record(device, CU_STREAM_LEGACY, &ev, &gen)))
 		goto out;
-	r = dri_cu.EventRecord(ev, CU_STREAM_LEGACY);
-	if (r == CUDA_SUCCESS)
-		err = dri_cu_wait_event(ev, device, dri_now_ms() + dri_timeout_ms(),
-					"dr_cuda_memcpy's copy");
-	else
-		err = dri_cu_fail(r, "cuEventRecord", device);
+	err = dri_cu_wait_event(ev, device, dri_now_ms() + dri_timeout_ms(),
+				"dr_cuda_memcpy's copy");
 	dri_cu_event_put(device, ev, gen);
 out:
 	dri_cu_leave();

@@ -128,6 +128,12 @@ CUstream dri_cu_user_stream(int device);
 dr_err dri_cu_event_get(int device, CUevent *ev, unsigned *gen);
 void dri_cu_event_put(int device, CUevent ev, unsigned gen);
 
+/* Takes a pooled event and records it on stream s of device (entered by
+ * the caller).  An event of a context reset since (the record answers a
+ * dri_cu_dead code) advances the generation and is tried once more with a
+ * fresh one.  On success the caller gives *ev back with dri_cu_event_put. */
+dr_err dri_cu_record(int device, CUstream s, CUevent *ev, unsigned *gen);
+
 /* Waits for an event without cuEventSynchronize, which has no timeout:
  * DR_ETIMEDOUT naming what after the deadline (dri_now_ms clock). */
 dr_err dri_cu_wait_event(CUevent ev, int device, int64_t deadline,

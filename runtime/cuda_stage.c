@@ -231,12 +231,10 @@ static dr_err stager_reserve(stager *s, int device, size_t n, int64_t deadline)
 
 /* ------------------------------------------------ capture at submission */
 
-/* Records an event on device's selected stream into c.  The device's
- * context is entered here.  An event of a context reset since is dropped
- * and the record tried once more with a fresh one. */
+/* Records an event on device's selected stream into c (the device's
+ * context entered here). */
 static dr_err capture_one(const char *call, int device, int async, capture *c)
 {
-	CUresult r = CUDA_SUCCESS;
 	dr_err err;
 
 	c->device = device;
@@ -251,21 +249,7 @@ static dr_err capture_one(const char *call, int device, int async, capture *c)
 				"blocking call", call, device);
 	if ((err = dri_cu_enter(device)))
 		return err;
-	for (int attempt = 0; attempt < 2; attempt++) {
-		if ((err = dri_cu_event_get(device, &c->ev, &c->gen)))
-			break;
-		r = dri_cu.EventRecord(c->ev, c->stream);
-		if (r == CUDA_SUCCESS || !dri_cu_dead(r))
-			break;
-		/* A reset context: drop the pooled objects, try again. */
-		dri_cu_context_lost(device, c->gen);
-		c->ev = NULL;
-	}
-	if (!err && r != CUDA_SUCCESS) {
-		err = dri_cu_fail(r, "cuEventRecord on the selected stream", device);
-		dri_cu_event_put(device, c->ev, c->gen);
-		c->ev = NULL;
-	}
+	err = dri_cu_record(device, c->stream, &c->ev, &c->gen);
 	dri_cu_leave();
 	return err;
 }

@@ -23,11 +23,18 @@ cuda_here() {
 	"$CTESTS/cuda_colls" --probe >/dev/null 2>&1
 }
 
-# A fake nvidia-smi that lists one GPU, first on PATH.
+# A fake nvidia-smi that lists one GPU (in compute mode Default), first on
+# PATH.
 fake_nvidia_smi() {
 	mkdir -p "$BATS_TEST_TMPDIR/bin"
-	printf '#!/bin/sh\necho "GPU 0: Fake GPU (UUID: GPU-0)"\n' \
-		>"$BATS_TEST_TMPDIR/bin/nvidia-smi"
+	cat >"$BATS_TEST_TMPDIR/bin/nvidia-smi" <<-'EOF'
+	#!/bin/sh
+	case "$*" in
+	*compute_mode*) echo Default ;;
+	*--query-gpu*) echo "Fake GPU, 999.0, 1024 MiB, 9.0" ;;
+	*) echo "GPU 0: Fake GPU (UUID: GPU-0)" ;;
+	esac
+	EOF
 	chmod +x "$BATS_TEST_TMPDIR/bin/nvidia-smi"
 }
 
@@ -110,6 +117,19 @@ fake_nvidia_smi() {
 	grep -q "^test-gpu: FAILED (status 1) in [0-9]*s; 0 passed, 1 failed" "$out/summary.log"
 }
 
+@test "scripts/device-check prints the GPUs' compute mode and keeps to its time budget" {
+	cuda_here && skip "CUDA is available here"
+	fake_nvidia_smi
+	out=$BATS_TEST_TMPDIR/out
+	run env PATH="$BATS_TEST_TMPDIR/bin:$PATH" OUT="$out" DISTRUN_BUILD="$B" \
+		DEVICE_CHECK_PYTHONS=true DEVICE_CHECK_SECONDS=12 \
+		DEVICE_CHECK_STEPS="test-gpu bench-gpu" "$SRCDIR/scripts/device-check"
+	[ "$status" -eq 0 ]
+	grep -qx "compute mode: Default" "$out/environment.log"
+	grep -q "^test-gpu: skipped, [0-9]*s left of 12s" "$out/summary.log"
+	grep -q "^bench-gpu: skipped, " "$out/summary.log"
+}
+
 @test "on a strict fake driver every collective on device buffers matches host buffers, n=2" {
 	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 120s -n 2 "$CTESTS/cuda_colls"
 	[ "$status" -eq 0 ]
@@ -117,8 +137,9 @@ fake_nvidia_smi() {
 	[[ "$output" == *"[1] rank 1: 56 passed, 0 failed"* ]]
 }
 
-@test "on a strict fake driver, cut in many chunks, n=3, they still match" {
+@test "on a strict fake driver, cut in many chunks, n=3 on two devices, with copies that take time, they still match" {
 	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" DISTRUN_CUDA_CHUNK=65536 \
+		FAKE_CUDA_DEVICES=2 FAKE_CUDA_DELAY_MS=1 \
 		"$DISTRUN" --timeout 120s -n 3 "$CTESTS/cuda_colls"
 	[ "$status" -eq 0 ]
 	for r in 0 1 2; do
@@ -141,6 +162,71 @@ fake_nvidia_smi() {
 	for r in 0 1 2; do
 		[[ "$output" == *"[$r] ok - rank $r: device memory found and reduced"* ]]
 	done
+}
+
+# review_case CASE N: build/tests/cuda_review CASE at n = N on the fake, every
+# rank "ok".
+review_case() {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 60s -n "$2" \
+		"$CTESTS/cuda_review" "$1"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for ((r = 0; r < $2; r++)); do
+		grep -qxF "[$r] ok - rank $r: $1" <<<"$output" || { echo "$output"; return 1; }
+	done
+}
+
+@test "the driver loaded as libcuda.so (not .so.1) by the program itself is found" {
+	run env -u DISTRUN_CUDA_LIB "$DISTRUN" --timeout 60s -n 2 \
+		"$CTESTS/cuda_detect" "$B/fake/libcuda.so"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for r in 0 1; do
+		[[ "$output" == *"[$r] ok - rank $r: device memory found and reduced"* ]]
+	done
+	run env -u DISTRUN_CUDA_LIB "$DISTRUN" --timeout 60s -n 2 \
+		"$CTESTS/cuda_detect" "$B/fake/libcuda.so.1"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+}
+
+@test "managed memory, which the driver may report as host memory, is staged after the user's stream" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 60s -n 2 \
+		"$CTESTS/cuda_detect" --managed
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for r in 0 1; do
+		[[ "$output" == *"[$r] ok - rank $r: managed memory found and reduced"* ]]
+	done
+}
+
+@test "an asynchronous call follows the stream selected when it was made, not when it runs" {
+	review_case capture 2
+}
+
+@test "cudaStreamPerThread: blocking calls and asynchronous barriers follow the caller's stream, asynchronous collectives are refused" {
+	review_case per-thread 2
+}
+
+@test "dr_cuda_memcpy has finished when it returns, also device to device and from pageable memory" {
+	review_case memcpy 2
+}
+
+@test "a rank on cuda:1 never retains cuda:0's context, even where the pointer query needs a context" {
+	FAKE_CUDA_DEVICES=2 FAKE_CUDA_PTR_NEEDS_CTX=1 review_case no-retain 3
+}
+
+@test "after cudaDeviceReset, collectives on new device memory work" {
+	review_case reset 2
+}
+
+@test "dr_cuda_barrier_device waits for work on every stream of the device" {
+	review_case barrier-device 2
+}
+
+@test "cuda_review names its cases and skips where the driver is not the fake" {
+	run "$CTESTS/cuda_review" no-such-case
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"usage: cuda_review CASE"* ]]
+	run env -u DISTRUN_CUDA_LIB "$CTESTS/cuda_review" memcpy
+	[ "$status" -eq 0 ]
+	[ "$output" = "skip - the driver is not the fake (DISTRUN_CUDA_LIB)" ]
 }
 
 @test "dr_barrier with device_ids where CUDA is off says why, and the group goes on" {

@@ -12,8 +12,10 @@
  * only after synchronising theirs.  Without the stream synchronisation the
  * barrier would return in microseconds with the flags still clear.  Cases:
  * blocking barrier on the legacy default stream, asynchronous barrier
- * (work handle), a stream chosen with dr_cuda_set_stream, and a device id
- * out of range.  Prints "ok - ..." / "not ok - ..." per case; exits 1 if
+ * (work handle), a stream chosen with dr_cuda_set_stream,
+ * cudaStreamPerThread selected with an asynchronous barrier, the
+ * device-wide dr_cuda_barrier_device (blocking and asynchronous) on a
+ * stream nobody selected, and a device id out of range.  Prints "ok - ..." / "not ok - ..." per case; exits 1 if
  * any failed, 0 otherwise.
  */
 #include <cuda_runtime.h>
@@ -199,7 +201,34 @@ int main(void)
 	check_case("barrier waits for the stream set by dr_cuda_set_stream", err, 3);
 	dr_cuda_set_stream(dev, NULL);
 
-	/* 4: a device that does not exist. */
+	/* 4: cudaStreamPerThread selected, asynchronous: the caller's own
+	 * stream, marked at the call, though the barrier runs on another
+	 * thread. */
+	err = dr_cuda_set_stream(dev, (void *)cudaStreamPerThread);
+	if (!err) {
+		queue_sleeper(cudaStreamPerThread, 4);
+		err = dr_barrier(NULL, &work, &dev, 1);
+		if (!err)
+			err = dr_work_wait(work);
+		dr_work_free(work);
+		work = NULL;
+	}
+	check_case("asynchronous barrier waits for the caller's cudaStreamPerThread",
+		   err, 4);
+	dr_cuda_set_stream(dev, NULL);
+
+	/* 5, 6: the device-wide form, a stream nobody selected. */
+	queue_sleeper(s, 5);
+	err = dr_cuda_barrier_device(NULL, NULL, &dev, 1);
+	check_case("dr_cuda_barrier_device waits for a stream not selected", err, 5);
+	queue_sleeper(s, 6);
+	err = dr_cuda_barrier_device(NULL, &work, &dev, 1);
+	if (!err)
+		err = dr_work_wait(work);
+	dr_work_free(work);
+	check_case("asynchronous dr_cuda_barrier_device waits for it too", err, 6);
+
+	/* 7: a device that does not exist. */
 	int bad = dr_cuda_device_count();
 	err = dr_barrier(NULL, NULL, &bad, 1);
 	report(err == DR_EINVAL && strstr(dr_last_error(), "out of range"),

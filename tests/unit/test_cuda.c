@@ -1,16 +1,20 @@
 /*
- * test_cuda.c - unit tests of runtime/cuda.c that need no GPU: how the
- * driver library is found (or not) and what every CUDA request answers
- * without it.  Each test runs in its own forked process, so each sees the
- * loader fresh (its pthread_once) with the environment it sets.
+ * test_cuda.c - unit tests of runtime/cuda_driver.c and cuda_stage.c that
+ * need no GPU: how the driver library is found (or not), what every CUDA
+ * request answers without it, and against the strict fake driver
+ * (build/fake/libcuda.so, testdata/fake_libcuda.c) what needs no process
+ * group: stream checks, fork, the staging's error paths.  Each test runs
+ * in its own forked process, so each sees the loader fresh (its
+ * pthread_once) with the environment it sets.
  *
  * On a machine with CUDA the "not available" tests pass trivially (they
- * check only what holds there too); the device paths themselves are
- * tested by the GPU suite (scripts/test-gpu): a device pointer cannot be
- * made, or faked, without a GPU.
+ * check only what holds there too); the device paths on a real GPU are
+ * the GPU suite's (scripts/test-gpu).
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include "dri.h"
 #include "runner.h"
@@ -201,6 +205,177 @@ static int test_check_buffers_names_the_odd_one(void)
 	return 0;
 }
 
+/* ------------------------------------------------- on the fake driver */
+
+static char fake_path[PATH_MAX + 32];
+
+/* build/fake/libcuda.so beside this build/unit/test_cuda, named by
+ * DISTRUN_CUDA_LIB, loaded strict; NULL (test reduced) if absent. */
+static void *load_fake(int devices)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	char *slash;
+	void *h;
+
+	if (n <= 0)
+		return NULL;
+	exe[n] = 0;
+	if (!(slash = strrchr(exe, '/')))
+		return NULL;
+	*slash = 0;
+	snprintf(fake_path, sizeof fake_path, "%s/../fake/libcuda.so", exe);
+	if (access(fake_path, R_OK)) {
+		fprintf(stderr, "note: %s absent, test reduced\n", fake_path);
+		return NULL;
+	}
+	char nd[16];
+	snprintf(nd, sizeof nd, "%d", devices);
+	setenv("FAKE_CUDA_DEVICES", nd, 1);
+	setenv("FAKE_CUDA_STRICT", "1", 1);
+	setenv("DISTRUN_CUDA_LIB", fake_path, 1);
+	h = dlopen(fake_path, RTLD_NOW | RTLD_GLOBAL);
+	if (!h)
+		fprintf(stderr, "note: %s: %s\n", fake_path, dlerror());
+	return h;
+}
+
+#define FAKE_FN(h, type, name) ((type)dlsym((h), (name)))
+
+/* A program that has not loaded the driver pays nothing for the pointer
+ * checks every collective makes, whatever name it would load it by. */
+static int test_ptr_device_leaves_fake_unloaded(void)
+{
+	int x = 0;
+	if (!load_fake(1))
+		return 0;
+	/* load_fake loaded it for the others: start again without. */
+	void *h = dlopen(fake_path, RTLD_NOW | RTLD_NOLOAD);
+	dlclose(h);
+	dlclose(h);
+	if (dlopen(fake_path, RTLD_NOW | RTLD_NOLOAD)) {
+		fprintf(stderr, "note: cannot unload the fake, test reduced\n");
+		return 0;
+	}
+	for (int i = 0; i < 1000; i++)
+		CHECK(dri_cuda_ptr_device(&x) == -1);
+	CHECK(dlopen(fake_path, RTLD_NOW | RTLD_NOLOAD) == NULL);
+	unsetenv("DISTRUN_CUDA_LIB");
+	for (int i = 0; i < 1000; i++)
+		CHECK(dri_cuda_ptr_device(&x) == -1);
+	CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) == NULL);
+	CHECK(dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD) == NULL);
+	return 0;
+}
+
+/* A stream of another device's context is refused when it is selected,
+ * not at its first use in the middle of a collective. */
+static int test_set_stream_of_another_context(void)
+{
+	void *h = load_fake(2), *ctx = NULL, *s = NULL, *popped;
+	if (!h)
+		return 0;
+	CHECK(dr_cuda_available() && dr_cuda_device_count() == 2);
+	CHECK(FAKE_FN(h, int (*)(void **, int), "cuDevicePrimaryCtxRetain")(&ctx, 1) == 0);
+	CHECK(FAKE_FN(h, int (*)(void *), "cuCtxPushCurrent_v2")(ctx) == 0);
+	CHECK(FAKE_FN(h, int (*)(void **, unsigned), "cuStreamCreate")(&s, 1) == 0);
+	FAKE_FN(h, int (*)(void **), "cuCtxPopCurrent_v2")(&popped);
+	CHECK(dr_cuda_set_stream(0, s) == DR_EINVAL);
+	CHECKF(strstr(dr_last_error(), "belongs to another context than cuda:0's "
+		      "primary context"), "%s", dr_last_error());
+	CHECK(dr_cuda_set_stream(1, s) == DR_OK);
+	CHECK(dr_cuda_set_stream(0, (void *)0x2) == DR_OK);
+	CHECK(dr_cuda_set_stream(0, NULL) == DR_OK);
+	return 0;
+}
+
+/* A child forked after CUDA was used is told why it cannot use it; the
+ * parent goes on. */
+static int test_fork_after_cuda(void)
+{
+	void *p = NULL, *q = (void *)1;
+	int x = 0, st = 0;
+	if (!load_fake(1))
+		return 0;
+	CHECK(dr_cuda_available());
+	CHECK(dr_cuda_alloc(0, 64, &p) == DR_OK);
+	fflush(stderr);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int ok = !dr_cuda_available() &&
+			dr_cuda_alloc(0, 64, &q) == DR_ENOCUDA && !q &&
+			strstr(dr_last_error(), "CUDA state was inherited across fork") &&
+			dr_cuda_memcpy(&x, p, sizeof x) == DR_ENOCUDA &&
+			dri_cuda_ptr_device(&x) == -1;
+		if (!ok)
+			fprintf(stderr, "child: %s\n", dr_last_error());
+		_exit(ok ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(dri_cuda_ptr_device(p) == 0);
+	CHECK(dr_cuda_free(p) == DR_OK);
+	return 0;
+}
+
+/* gather on a group of one: the host algorithm copies sendbuf to buf. */
+static dr_err copy_run(dri_op *op)
+{
+	memmove(op->buf, op->sendbuf, op->count * dr_dtype_size(op->dtype));
+	return DR_OK;
+}
+
+static dr_err staged_gather(dr_group *g, void *send, void *recv, size_t count,
+			    int64_t timeout_ms)
+{
+	dri_op op;
+	dr_err err;
+
+	memset(&op, 0, sizeof op);
+	op.run = copy_run;
+	op.id.coll = DRI_GATHER;
+	op.group = g;
+	op.sendbuf = send;
+	op.buf = recv;
+	op.count = count;
+	op.dtype = DR_INT32;
+	op.root = 0;
+	op.device = 0;
+	op.timeout_ms = timeout_ms;
+	dri_cuda_stage_op(&op);
+	err = op.start(&op, 0);
+	if (!err)
+		err = op.run(&op);
+	op.release(&op);
+	return err;
+}
+
+/* A staged call that times out with its copy to pinned memory still in
+ * flight: the next call that grows the pinned memory must wait for that
+ * copy before freeing it (the fake aborts on a free under a queued copy). */
+static int test_timed_out_staging_leaves_no_copy_behind(void)
+{
+	void *h = load_fake(1), *s = NULL, *r = NULL;
+	size_t big = (size_t)1 << 20;
+	dr_group g = { .id = 0, .size = 1, .rank = 0 };
+	if (!h)
+		return 0;
+	void (*hold)(int) = FAKE_FN(h, void (*)(int), "fake_cuda_hold");
+	int (*violations)(void) = FAKE_FN(h, int (*)(void), "fake_cuda_violations");
+	CHECK(hold && violations);
+	CHECK(dr_cuda_alloc(0, big * 4, &s) == DR_OK);
+	CHECK(dr_cuda_alloc(0, big * 4, &r) == DR_OK);
+	hold(1);
+	CHECK(staged_gather(&g, s, r, 1024, 300) == DR_ETIMEDOUT);
+	CHECKF(strstr(dr_last_error(), "timed out waiting for a device-to-host copy"),
+	       "%s", dr_last_error());
+	hold(0);
+	CHECKF(staged_gather(&g, s, r, big, 30000) == DR_OK, "%s", dr_last_error());
+	CHECK(violations() == 0);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_unavailable_answers),
 	UNIT(test_run_staged_without_cuda),
@@ -212,6 +387,10 @@ static const struct unit_test tests[] = {
 	UNIT(test_library_without_driver_api),
 	UNIT(test_disabled_by_environment),
 	UNIT(test_check_buffers_names_the_odd_one),
+	UNIT(test_ptr_device_leaves_fake_unloaded),
+	UNIT(test_set_stream_of_another_context),
+	UNIT(test_fork_after_cuda),
+	UNIT(test_timed_out_staging_leaves_no_copy_behind),
 	{ 0 },
 };
 
