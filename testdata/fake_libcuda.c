@@ -141,6 +141,10 @@ static hostmem hosts[512];
 static int nhosts;
 static stream *streams[1024]; /* every stream made, legacy and per-thread too */
 static int nstreams;
+/* Every event made: handles stay valid memory after a reset kills them
+ * (the real driver frees its own; a program may still hold them). */
+static event *events[8192];
+static int nevents;
 
 static __thread ctx *cur_stack[16];
 static __thread int cur_n;
@@ -545,6 +549,9 @@ CUresult cuDevicePrimaryCtxReset_v2(int dev)
 	pthread_mutex_lock(&mu);
 	ctx *c = &ctxs[dev];
 	discard_ctx(c);
+	for (int i = 0; i < nevents; i++)
+		if (events[i]->c == c)
+			events[i]->s = NULL; /* what they recorded is gone */
 	c->gen++;
 	c->legacy->gen = c->gen;
 	c->active = 0;
@@ -712,6 +719,8 @@ CUresult cuEventCreate(void **e, unsigned flags)
 	ev->magic = EVENT_MAGIC;
 	ev->c = cur();
 	ev->gen = ev->c->gen;
+	if (nevents < (int)(sizeof events / sizeof events[0]))
+		events[nevents++] = ev;
 	pthread_mutex_unlock(&mu);
 	*e = ev;
 	return OK;
