@@ -202,12 +202,34 @@ static dr_err rendezvous(void)
 	int lport;
 	int64_t n;
 	char **addrs = NULL;
-	dr_err err;
+	dr_err err = DR_OK;
 	int64_t t = I.timeout_ms;
 
-	err = dri_rdzv_open(&I.plan, t, &I.srv, &I.kv);
-	if (err)
-		return err;
+	/* Where the store is: rdzv_env.c's plan.  torchrun's agent serves
+	 * its own; otherwise rank 0 serves ours, at a port published in a
+	 * file when the plan says so (the others wait for the file). */
+	I.kv.timeout_ms = t;
+	if (I.plan.mode == DRI_RDZV_TORCH) {
+		err = dri_tcpstore_connect(I.plan.host, I.plan.port,
+					   I.plan.prefix, t, &I.kv.ts);
+		if (err)
+			return err;
+	} else {
+		if (I.rank == 0) {
+			err = dri_store_server_start(I.plan.bind, I.plan.port,
+						     &I.srv);
+			if (!err && I.plan.mode == DRI_RDZV_FILE)
+				err = dri_rdzv_publish(&I.plan,
+					dri_store_server_port(I.srv));
+		} else if (I.plan.mode == DRI_RDZV_FILE) {
+			err = dri_rdzv_lookup(&I.plan, t);
+		}
+		if (err)
+			return err;
+		err = dri_store_connect(I.plan.host, I.plan.port, t, &I.kv.st);
+		if (err)
+			return err;
+	}
 	/* Two processes with one RANK would corrupt everything after. */
 	snprintf(key, sizeof(key), "rank/%d", I.rank);
 	err = dri_kv_add(&I.kv, key, 1, &n);

@@ -93,8 +93,9 @@ typedef struct {
 	dri_rdzv_mode mode;
 	int rank, size;
 	int local_rank, local_size; /* -1 when the launcher does not say */
-	char host[256];
+	char host[256];             /* where the store is (FILE: once known) */
 	int port;
+	const char *bind;           /* where rank 0 serves it; NULL: everywhere */
 	char path[1024];            /* FILE: the published address */
 	int private_file;           /* path is in the private per-user dir */
 	int loopback;               /* every rank here: serve on 127.0.0.1 */
@@ -110,11 +111,13 @@ typedef struct {
  * launcher found for dr_get_launcher(). */
 dr_err dri_rdzv_plan_make(const char *method, int rank, int size,
 			  dri_rdzv_plan *p);
-/* Opens the store the plan names: serves it first on rank 0 where the
- * plan says so (*srv), publishes its address (FILE), then connects kv.
- * Waits up to timeout_ms for the server or the file. */
-dr_err dri_rdzv_open(dri_rdzv_plan *p, int64_t timeout_ms,
-		     dri_store_server **srv, dri_kv *kv);
+/* Rank 0, serving the store on port (ephemeral) for a FILE plan: sets
+ * host and port and writes them to path, atomically. */
+dr_err dri_rdzv_publish(dri_rdzv_plan *p, int port);
+/* The other ranks of a FILE plan: wait (up to timeout_ms) for path, then
+ * set host and port from it.  A file naming a process of this host that
+ * is gone (a job killed before it removed the file) is not taken. */
+dr_err dri_rdzv_lookup(dri_rdzv_plan *p, int64_t timeout_ms);
 /* Every rank has joined (or init failed): rank 0 removes the file it
  * published.  No-op otherwise. */
 void dri_rdzv_joined(dri_rdzv_plan *p);

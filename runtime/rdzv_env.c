@@ -13,13 +13,14 @@
  * launcher and a size from another: inside a Slurm allocation mpirun's
  * ranks also see the allocation's SLURM_NTASKS.
  *
- * The published file holds "HOST:PORT PID\n" and is renamed into place,
- * so a reader sees all of it or nothing.  Rank 0 removes it once every
- * rank has joined (init.c calls dri_rdzv_joined after the address
+ * The published file holds "HOST:PORT PID NODE\n" and is renamed into
+ * place, so a reader sees all of it or nothing.  Rank 0 removes it once
+ * every rank has joined (init.c calls dri_rdzv_joined after the address
  * exchange), or when init fails.  A rank 0 killed before that leaves the
  * file; the next job's rank 0 removes such files in the private directory
- * when the PID they name is gone, and a reader that finds a dead address
- * reads the file again until the timeout.
+ * when the PID they name is gone, and a reader on the writer's host
+ * ignores a file whose PID is gone (a file:// path reused after a crash)
+ * and waits for this job's.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -349,8 +350,10 @@ dr_err dri_rdzv_plan_make(const char *method, int rank, int size,
 	if (l && all_local(l, p->size))
 		p->local_size = p->size;
 	if (p->mode != DRI_RDZV_SERVE || p->host[0]) {
-		if (p->mode == DRI_RDZV_FILE)
+		if (p->mode == DRI_RDZV_FILE) {
 			p->loopback = l && all_local(l, p->size);
+			p->bind = p->loopback ? "127.0.0.1" : NULL;
+		}
 		return DR_OK;
 	}
 
@@ -417,6 +420,7 @@ dr_err dri_rdzv_plan_make(const char *method, int rank, int size,
 	p->mode = DRI_RDZV_FILE;
 	p->private_file = 1;
 	p->loopback = 1;
+	p->bind = "127.0.0.1";
 	return DR_OK;
 }
 
@@ -460,17 +464,29 @@ static void sweep(const char *path)
 	closedir(d);
 }
 
-/* Writes "HOST:PORT PID\n" to p->path atomically (a temporary, renamed). */
-static dr_err publish(const dri_rdzv_plan *p, const char *host, int port)
+/* This host's name, for the file (a reader compares it with its own
+ * before it trusts the PID there). */
+static void node_name(char *buf, size_t size)
 {
-	char tmp[PATH_MAX + 32], line[320];
+	if (gethostname(buf, size) < 0)
+		snprintf(buf, size, "?");
+	buf[size - 1] = 0;
+}
+
+dr_err dri_rdzv_publish(dri_rdzv_plan *p, int port)
+{
+	char tmp[sizeof(p->path) + 32], line[600], node[256];
 	int fd, n;
 
+	node_name(node, sizeof(node));
+	snprintf(p->host, sizeof(p->host), "%s", p->loopback ? "127.0.0.1" :
+		 node);
+	p->port = port;
 	if (p->private_file)
 		sweep(p->path);
 	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", p->path, (int)getpid());
-	n = snprintf(line, sizeof(line), "%s:%d %d\n", host, port,
-		     (int)getpid());
+	n = snprintf(line, sizeof(line), "%s:%d %d %s\n", p->host, port,
+		     (int)getpid(), node);
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		  0600);
@@ -488,121 +504,76 @@ static dr_err publish(const dri_rdzv_plan *p, const char *host, int port)
 		return dri_fail(DR_ESYS, "cannot rename %s to %s: %s", tmp,
 				p->path, strerror(e));
 	}
+	p->published = 1;
 	return DR_OK;
 }
 
-/* Reads the published address: 1 found, 0 not (yet), or an error. */
-static int lookup(const dri_rdzv_plan *p, char *host, size_t hsize, int *port,
-		  dr_err *err)
+/* Reads the published address: 1 found, 0 not (yet, or only a dead job's
+ * file), -1 an error (message set). */
+static int lookup(dri_rdzv_plan *p, dr_err *err)
 {
-	char buf[400], *colon, *sp;
+	char buf[600], node[256], me[256], *colon;
 	struct stat st;
 	ssize_t n;
-	long v;
-	int fd;
+	long port, pid;
+	int fd, used = 0;
 
-	*err = DR_OK;
 	fd = open(p->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0;
 		*err = dri_fail(DR_ESYS, "cannot read the rendezvous file %s: %s",
-				p->path, strerror(errno));
+			 p->path, strerror(errno));
 		return -1;
 	}
 	if (fstat(fd, &st) < 0 || (p->private_file && st.st_uid != geteuid())) {
 		close(fd);
-		*err = dri_fail(DR_ESYS, "the rendezvous file %s is not ours",
-				p->path);
+		*err = dri_fail(DR_ESYS, "the rendezvous file %s is not ours", p->path);
 		return -1;
 	}
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	buf[n > 0 ? n : 0] = 0;
-	sp = strchr(buf, ' ');
-	if (sp)
-		*sp = 0;
+	colon = strchr(buf, ' ');
+	if (colon)
+		*colon = 0;
+	if (!colon || sscanf(colon + 1, "%ld %255s%n", &pid, node, &used) != 2)
+		goto bad;
 	colon = strrchr(buf, ':');
-	if (!sp || !colon || (size_t)(colon - buf) >= hsize || colon == buf) {
-		*err = dri_fail(DR_EPROTO, "the rendezvous file %s does not hold "
-				"HOST:PORT PID (remove it if a job left it)",
-				p->path);
-		return -1;
-	}
-	v = strtol(colon + 1, NULL, 10);
-	if (v < 1 || v > 65535) {
-		*err = dri_fail(DR_EPROTO, "the rendezvous file %s names port "
-				"'%s'", p->path, colon + 1);
-		return -1;
-	}
-	memcpy(host, buf, (size_t)(colon - buf));
-	host[colon - buf] = 0;
-	*port = (int)v;
+	if (!colon || colon == buf || (size_t)(colon - buf) >= sizeof(p->host))
+		goto bad;
+	port = strtol(colon + 1, NULL, 10);
+	if (port < 1 || port > 65535)
+		goto bad;
+	node_name(me, sizeof(me));
+	if (!strcmp(node, me) && pid > 0 && kill((pid_t)pid, 0) < 0 &&
+	    errno == ESRCH)
+		return 0; /* its writer is gone: wait for this job's rank 0 */
+	memcpy(p->host, buf, (size_t)(colon - buf));
+	p->host[colon - buf] = 0;
+	p->port = (int)port;
 	return 1;
+bad:
+	*err = dri_fail(DR_EPROTO, "the rendezvous file %s does not hold \"HOST:PORT "
+		 "PID NODE\" (remove it if a job left it)", p->path);
+	return -1;
 }
 
-dr_err dri_rdzv_open(dri_rdzv_plan *p, int64_t timeout_ms,
-		     dri_store_server **srv, dri_kv *kv)
+dr_err dri_rdzv_lookup(dri_rdzv_plan *p, int64_t timeout_ms)
 {
 	int64_t deadline = dri_now_ms() + timeout_ms;
-	char host[256];
-	int port;
-	dr_err err;
+	dr_err err = DR_OK;
+	int r;
 
-	kv->timeout_ms = timeout_ms;
-	switch (p->mode) {
-	case DRI_RDZV_TORCH:
-		return dri_tcpstore_connect(p->host, p->port, p->prefix,
-					    timeout_ms, &kv->ts);
-	case DRI_RDZV_SERVE:
-		if (p->rank == 0) {
-			err = dri_store_server_start(NULL, p->port, srv);
-			if (err)
-				return err;
-		}
-		return dri_store_connect(p->host, p->port, timeout_ms, &kv->st);
-	case DRI_RDZV_FILE:
-		break;
-	}
-	if (p->rank == 0) {
-		err = dri_store_server_start(p->loopback ? "127.0.0.1" : NULL, 0,
-					     srv);
-		if (err)
-			return err;
-		if (p->loopback)
-			strcpy(host, "127.0.0.1");
-		else if (gethostname(host, sizeof(host)) < 0)
-			return dri_fail(DR_ESYS, "gethostname: %s",
-					strerror(errno));
-		host[sizeof(host) - 1] = 0;
-		err = publish(p, host, dri_store_server_port(*srv));
-		if (err)
-			return err;
-		p->published = 1;
-		return dri_store_connect(host, dri_store_server_port(*srv),
-					 timeout_ms, &kv->st);
-	}
-	/* The others: wait for the file; an address that does not answer
-	 * may be a dead job's, so read the file again. */
-	for (;;) {
-		int64_t left = deadline - dri_now_ms();
-		int r = lookup(p, host, sizeof(host), &port, &err);
-		if (r < 0)
-			return err;
-		if (r > 0) {
-			err = dri_store_connect(host, port, left < 1000 ? left :
-						1000, &kv->st);
-			if (!err)
-				return DR_OK;
-		}
+	while (!(r = lookup(p, &err))) {
 		if (dri_now_ms() >= deadline)
-			return dri_fail(DR_ETIMEDOUT, "rank %d: %s %s within "
+			return dri_fail(DR_ETIMEDOUT, "rank %d: rank 0 did not "
+					"publish the store's address in %s within "
 					"%lld ms (is rank 0 running?)", p->rank,
-					r ? "could not reach the store named by"
-					  : "rank 0 did not publish",
 					p->path, (long long)timeout_ms);
 		nanosleep(&(struct timespec){ 0, 20 * 1000000 }, NULL);
 	}
+	return r < 0 ? err : DR_OK;
 }
 
 void dri_rdzv_joined(dri_rdzv_plan *p)

@@ -116,6 +116,41 @@ no_leftover() {
 	done
 }
 
+@test "torch 1.13's TCPStore: our keys go under our prefix, torch's own are untouched" {
+	require_torch
+	port=$(free_port)
+	"$TORCH_PYTHON" -c 'import datetime, os, sys, time
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), None, True,
+             datetime.timedelta(seconds=120), wait_for_workers=False)
+s.set("worker/attempt_0/mine", "torch")
+open(sys.argv[2] + ".ready", "w").close()
+s.wait(["distrun/t/attempt_0/addrs"])
+print("torch key:", s.get("worker/attempt_0/mine").decode())
+print("rank 1 joined:", s.get("distrun/t/attempt_0/rank/1").decode())
+for _ in range(1200):
+    if os.path.exists(sys.argv[2]):
+        break
+    time.sleep(0.1)' "$port" "$BATS_TEST_TMPDIR/done" >"$BATS_TEST_TMPDIR/py" 2>&1 &
+	py=$!
+	wait_until 60 test -e "$BATS_TEST_TMPDIR/done.ready"
+	pids=()
+	for r in 0 1; do
+		MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
+			TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RUN_ID=t \
+			TORCHELASTIC_RESTART_COUNT=0 timeout 120 "$CTESTS/rdzv_check" \
+			>"$BATS_TEST_TMPDIR/rank$r" 2>&1 &
+		pids+=($!)
+	done
+	wait "${pids[0]}" && wait "${pids[1]}" || { touch "$BATS_TEST_TMPDIR/done"; cat "$BATS_TEST_TMPDIR"/rank*; return 1; }
+	touch "$BATS_TEST_TMPDIR/done"
+	wait "$py" || { cat "$BATS_TEST_TMPDIR/py"; return 1; }
+	grep -q "rank 0 of 2: ok" "$BATS_TEST_TMPDIR/rank0"
+	grep -q "rank 1 of 2: ok" "$BATS_TEST_TMPDIR/rank1"
+	grep -qx "torch key: torch" "$BATS_TEST_TMPDIR/py" || { cat "$BATS_TEST_TMPDIR/py"; false; }
+	grep -qx "rank 1 joined: 1" "$BATS_TEST_TMPDIR/py" || { cat "$BATS_TEST_TMPDIR/py"; false; }
+}
+
 @test "torchrun: a program that is not a TCPStore at MASTER_PORT is named, not hung on" {
 	# A listener that accepts and says nothing: the probe times out.
 	port=$(free_port)
@@ -223,6 +258,16 @@ while True: c.append(s.accept()[0])' "$port" &
 		[[ "$output" == *"rank $r of 4: ok (launcher torchrun or distrun)"* ]] ||
 			{ echo "$output"; return 1; }
 	done
+	[ ! -e "$f" ]
+}
+
+@test "file:// reused after a crash: the dead job's address is not taken" {
+	f=$BATS_TEST_TMPDIR/rdzv
+	sh -c 'echo $$ >"$1"' sh "$BATS_TEST_TMPDIR/pid"
+	echo "127.0.0.1:1 $(cat "$BATS_TEST_TMPDIR/pid") $(hostname)" >"$f"
+	run "$DISTRUN" --timeout 120s -n 3 "$CTESTS/rdzv_check" "file://$f"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(grep -c ': ok (launcher' <<<"$output")" -eq 3 ] || { echo "$output"; false; }
 	[ ! -e "$f" ]
 }
 
