@@ -1,7 +1,10 @@
 # distrun - one Makefile for the launcher, the runtime, examples, tests,
 # benchmarks and installation.  `make V=1` shows full command lines,
 # `make ASAN=1` builds with address and undefined-behaviour sanitizers
-# (into build-asan/), `make WERROR=` drops -Werror.
+# (into build-asan/), `make TSAN=1` with ThreadSanitizer (into build-tsan/;
+# its `test` runs the threaded suites), `make fuzz` builds the libFuzzer
+# harnesses with clang (into build-fuzz/) and runs each for FUZZ_SECONDS,
+# `make WERROR=` drops -Werror.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -19,9 +22,25 @@ ALL_CFLAGS = -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -MMD -MP \
 ALL_LDFLAGS = $(LDFLAGS)
 LIBS_RT = -lpthread -ldl -lm
 
+# Undefined behaviour stops the program (by default UBSan prints and goes
+# on, and a test that checks only the exit status would pass).
 ifeq ($(ASAN),1)
 B ?= build-asan
-ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer
+ALL_CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	      -fno-omit-frame-pointer
+ALL_LDFLAGS += -fsanitize=address,undefined
+else ifeq ($(TSAN),1)
+# The program and the library must both be instrumented: every program
+# links the static archive built here with the same flags.
+B ?= build-tsan
+ALL_CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
+ALL_LDFLAGS += -fsanitize=thread
+else ifeq ($(FUZZ),1)
+# Only `make fuzz` sets FUZZ=1: clang's libFuzzer, with ASan and UBSan.
+B ?= build-fuzz
+CC = clang
+ALL_CFLAGS += -fsanitize=fuzzer-no-link,address,undefined \
+	      -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 ALL_LDFLAGS += -fsanitize=address,undefined
 else
 B ?= build
@@ -41,6 +60,7 @@ PROG_SRC := $(wildcard testdata/progs/*.c)
 CTEST_SRC := $(wildcard tests/c/*.c)
 UNIT_SRC := $(wildcard tests/unit/*.c)
 BENCH_SRC := $(wildcard scripts/*.c)
+FUZZ_SRC := $(filter-out tests/fuzz/replay.c,$(wildcard tests/fuzz/*.c))
 
 CMD_OBJ  := $(CMD_SRC:%.c=$(B)/obj/%.o)
 RT_OBJ   := $(RT_SRC:%.c=$(B)/obj/%.o)
@@ -55,10 +75,18 @@ CTESTS   := $(CTEST_SRC:tests/c/%.c=$(B)/tests/%)
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%)
 BENCHES  := $(BENCH_SRC:scripts/%.c=$(B)/bench/%)
 FAKE_CUDA := $(B)/fake/libcuda.so
+FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/%.c=%)
+# Every harness also links with replay.c into a plain program that feeds it
+# each file of its corpus: `make test` replays the corpora everywhere.
+REPLAYS  := $(FUZZ_NAMES:%=$(B)/fuzz/%-replay)
+FUZZERS  := $(FUZZ_NAMES:%=$(B)/fuzz/%-fuzz)
+# The launcher's parsers, without its main().
+CMD_LIB  := $(filter-out $(B)/obj/cmd/main.o,$(CMD_OBJ))
 
-.PHONY: all test test-unit test-bats test-gpu bench install clean
-all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) $(BENCHES) \
-     $(FAKE_CUDA)
+.PHONY: all test test-unit test-bats test-gpu bench install clean fuzz \
+	fuzz-build
+all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) \
+     $(BENCHES) $(FAKE_CUDA) $(REPLAYS)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -121,6 +149,29 @@ $(FAKE_CUDA): testdata/fake_libcuda.c
 		-fPIC -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
 	$(Q)ln -sf libcuda.so $(dir $@)libcuda.so.1
 
+# --- fuzz harnesses (tests/fuzz/NAME.c, corpus in testdata/fuzz/NAME/)
+$(B)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(CMD_LIB) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Icmd $(ALL_LDFLAGS) -o $@ $< tests/fuzz/replay.c \
+		$(CMD_LIB) $(LIB_A) -ljansson $(LIBS_RT)
+$(B)/fuzz/%-fuzz: tests/fuzz/%.c $(CMD_LIB) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Icmd $(ALL_LDFLAGS) -fsanitize=fuzzer -o $@ $< \
+		$(CMD_LIB) $(LIB_A) -ljansson $(LIBS_RT)
+
+# `make fuzz FUZZ_SECONDS=N [FUZZ_TARGETS="wire ranks"]`: each harness for N
+# seconds on its corpus in testdata/fuzz/NAME/ (new inputs land in
+# build-fuzz/corpus/NAME/; crashes in build-fuzz/crash/NAME/ and fail the
+# run).  Copy the inputs worth keeping into testdata/fuzz/NAME/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(FUZZ_NAMES)
+fuzz:
+	$(Q)$(MAKE) --no-print-directory FUZZ=1 fuzz-build
+	$(Q)scripts/run-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz-build: $(FUZZERS)
+
 # --- GPU tests: they need a kernel, so they are built only where nvcc is
 # (never under ASAN: nvcc links without the sanitizer runtime).  Kernels for
 # sm_90 plus PTX for newer devices; run by `make test-gpu`.
@@ -139,8 +190,16 @@ $(B)/gpu/%: tests/gpu/%.cu $(LIB_A)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -Iruntime -o $@ $< $(LIB_A) $(LIBS_RT)
 
 # --- tests ---------------------------------------------------------------
+# Under TSAN only the suites with threads run (runtime, collectives,
+# transport and the unit tests): the launcher is single-threaded and its
+# suites under TSAN would only be slower.
+ifeq ($(TSAN),1)
+TEST_SUITES ?= tests/runtime.bats tests/collectives.bats tests/transport.bats
+else
+TEST_SUITES ?= tests
+endif
 test: all
-	$(Q)scripts/run-tests $(abspath $(B)) $(UNITS)
+	$(Q)BATS_SUITES="$(TEST_SUITES)" scripts/run-tests $(abspath $(B)) $(UNITS)
 
 test-unit: $(UNITS)
 	$(Q)scripts/run-unit $(UNITS)
@@ -174,6 +233,6 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	[ ! -f man/distrun.3 ] || install -m 644 man/distrun.3 $(DESTDIR)$(PREFIX)/share/man/man3/distrun.3
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan build-fuzz
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -174,15 +174,21 @@ static int parse_ranks(struct opts *o, const char *s)
 		char *end;
 		long a, b;
 
+		/* A digit first: strtol would also take " -1" (leading
+		 * space, then a sign) and mark rank -1, before o->show. */
+		if (*p < '0' || *p > '9')
+			goto bad;
 		errno = 0;
 		a = strtol(p, &end, 10);
-		if (errno || end == p || *p == '-' || *p == '+')
+		if (errno || end == p)
 			goto bad;
 		b = a;
 		if (*end == '-') {
 			p = end + 1;
+			if (*p < '0' || *p > '9')
+				goto bad;
 			b = strtol(p, &end, 10);
-			if (errno || end == p || *p == '-' || *p == '+')
+			if (errno || end == p)
 				goto bad;
 		}
 		if (a > b || b >= o->nranks) {
