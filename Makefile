@@ -36,9 +36,11 @@ B ?= build-tsan
 ALL_CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
 ALL_LDFLAGS += -fsanitize=thread
 else ifeq ($(FUZZ),1)
-# Only `make fuzz` sets FUZZ=1: clang's libFuzzer, with ASan and UBSan.
+# Only `make fuzz` sets FUZZ=1: clang's libFuzzer, with ASan and UBSan
+# (Debian's clang-14 and libclang-rt-14-dev).
 B ?= build-fuzz
-CC = clang
+FUZZ_CC ?= $(shell command -v clang-14 || command -v clang)
+CC = $(FUZZ_CC)
 ALL_CFLAGS += -fsanitize=fuzzer-no-link,address,undefined \
 	      -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 ALL_LDFLAGS += -fsanitize=address,undefined
@@ -173,14 +175,14 @@ fuzz:
 fuzz-build: $(FUZZERS)
 
 # --- GPU tests: they need a kernel, so they are built only where nvcc is
-# (never under ASAN: nvcc links without the sanitizer runtime).  Kernels for
-# sm_90 plus PTX for newer devices; run by `make test-gpu`.
+# (never under ASAN or TSAN: nvcc links without the sanitizer runtime).
+# Kernels for sm_90 plus PTX for newer devices; run by `make test-gpu`.
 GPU_SRC   := $(wildcard tests/gpu/*.cu)
 GPU_TESTS := $(GPU_SRC:tests/gpu/%.cu=$(B)/gpu/%)
 NVCC_FLAGS ?= -O2 -gencode arch=compute_90,code=sm_90 \
 	      -gencode arch=compute_90,code=compute_90
 ifneq ($(NVCC),)
-ifneq ($(ASAN),1)
+ifeq ($(filter 1,$(ASAN) $(TSAN)),)
 all: $(GPU_TESTS)
 endif
 endif
@@ -198,8 +200,12 @@ TEST_SUITES ?= tests/runtime.bats tests/collectives.bats tests/transport.bats
 else
 TEST_SUITES ?= tests
 endif
+ifneq ($(filter 1,$(ASAN) $(TSAN)),)
+SAN_LOGS ?= $(abspath $(B))/sanitizer-logs
+endif
 test: all
-	$(Q)BATS_SUITES="$(TEST_SUITES)" scripts/run-tests $(abspath $(B)) $(UNITS)
+	$(Q)BATS_SUITES="$(TEST_SUITES)" SAN_LOGS="$(SAN_LOGS)" \
+		scripts/run-tests $(abspath $(B)) $(UNITS)
 
 test-unit: $(UNITS)
 	$(Q)scripts/run-unit $(UNITS)

@@ -39,7 +39,7 @@ flow() {
 	# envrun: distrun would stop the survivors at the first death.  A
 	# short timeout: were the death noticed only by it, this would fail.
 	DISTRUN_TIMEOUT=20s run timeout 60 "$SRCDIR/tests/envrun" 3 \
-		"$CTESTS/transport_flow" dies
+		"$CTESTS/transport_flow" dies "$BATS_TEST_TMPDIR/done"
 	[ "$status" -eq 3 ] || { echo "$output"; return 1; }
 	grep -q "^\[1\] rank 1: DR_EPEER: .*connection to rank 0" <<<"$output" || {
 		echo "$output"; return 1; }

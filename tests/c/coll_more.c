@@ -33,6 +33,7 @@
  */
 #include <dirent.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -786,6 +787,11 @@ static int thread_count(void)
 	return n;
 }
 
+static void *idle_thread(void *arg)
+{
+	return arg;
+}
+
 /* dr_destroy_process_group frees every group; handles the program still
  * holds stay safe to ask and to destroy.  Under ASAN this also shows that
  * nothing leaks and nothing is freed twice, even for a handle the program
@@ -968,6 +974,16 @@ static void mode_device(void)
  * once, with rank 0's reason: rank 0 stays in the job (it waits for a
  * message from rank 1), so rank 1 would otherwise wait for its part until
  * the timeout. */
+#ifdef __SANITIZE_THREAD__
+/* mode oom needs malloc to fail by returning NULL, as it does without a
+ * sanitizer (ThreadSanitizer's allocator aborts the program instead). */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+	return "allocator_may_return_null=1";
+}
+#endif
+
 static void mode_oom(const char *done_file)
 {
 #ifdef __SANITIZE_ADDRESS__
@@ -1021,6 +1037,11 @@ int main(int argc, char **argv)
 		mode_noinit();
 		return 0;
 	}
+	/* ThreadSanitizer starts a thread of its own at the first
+	 * pthread_create: have it start before the count. */
+	pthread_t t;
+	if (!pthread_create(&t, NULL, idle_thread, NULL))
+		pthread_join(t, NULL);
 	threads_before_init = thread_count();
 	CHECK_OK(dr_init_process_group(NULL, NULL));
 	rank = dr_get_rank();

@@ -13,8 +13,10 @@
  *   ahead    rank 0 broadcasts 8 MiB ten times while rank 1 starts late;
  *            then every rank gathers 2 MiB pieces ten times, the root late
  *   any      rank 1 receives 4 MiB from DR_ANY_SOURCE after it was parked
- *   dies     rank 0 sends 32 MiB that rank 1 never receives, then dies;
- *            rank 1 waits for something else and must get DR_EPEER
+ *   dies F   rank 0 sends 32 MiB that rank 1 never receives, then dies;
+ *            rank 1 waits for rank 2 and must get DR_EPEER naming rank 0;
+ *            rank 2 stays until rank 1 has created file F (its leaving
+ *            first would also end rank 1's wait)
  *
  * Each rank prints "rank R: ok" at the end, or the error and exits 1.
  */
@@ -159,7 +161,7 @@ static void any(void)
 	}
 }
 
-static void dies(void)
+static void dies(const char *done_file)
 {
 	size_t n = (size_t)8 << 20; /* 32 MiB */
 
@@ -181,10 +183,16 @@ static void dies(void)
 			exit(1);
 		}
 		printf("rank 1: DR_EPEER: %s\n", dr_last_error());
+		fflush(stdout);
+		FILE *f = fopen(done_file, "w");
+		if (f)
+			fclose(f);
 		exit(0);
 	}
-	/* rank 2: wait until the others are gone; its own calls may fail */
-	nap_ms(1000);
+	/* rank 2: stay until rank 1 has its answer (at most 2 minutes: a
+	 * slow rank 1, under a sanitizer, took longer than a fixed nap). */
+	for (int i = 0; i < 1200 && access(done_file, F_OK); i++)
+		nap_ms(100);
 	exit(0);
 }
 
@@ -204,9 +212,9 @@ int main(int argc, char **argv)
 	else if (!strcmp(mode, "any"))
 		any();
 	else if (!strcmp(mode, "dies"))
-		dies();
+		dies(argc > 2 ? argv[2] : "dies-done");
 	else {
-		fprintf(stderr, "usage: transport_flow crossed|tags|ahead|any|dies\n");
+		fprintf(stderr, "usage: transport_flow crossed|tags|ahead|any|dies FILE\n");
 		return 2;
 	}
 	CHECK("barrier", dr_barrier(NULL, NULL, NULL, 0));
