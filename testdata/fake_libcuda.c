@@ -882,6 +882,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
 static void host_free(hostmem *h)
 {
 	/* A copy still queued on the block would write freed memory. */
+	int queued = 0;
 	for (int i = 0; i < nstreams; i++) {
 		stream *s = streams[i];
 		for (size_t k = s->done; k < s->n; k++) {
@@ -889,12 +890,14 @@ static void host_free(hostmem *h)
 			for (int j = 0; j < 2; j++)
 				if (o->host[j] && (const char *)o->host[j] >= h->p &&
 				    (const char *)o->host[j] < h->p + h->n) {
-					violation("%p freed with a copy still queued on it",
-						  (void *)h->p);
+					queued++;
 					o->dst = NULL; /* never run it */
 				}
 		}
 	}
+	if (queued)
+		violation("%p freed with %d cop%s still queued on it",
+			  (void *)h->p, queued, queued == 1 ? "y" : "ies");
 	free(h->p);
 	*h = hosts[--nhosts];
 }

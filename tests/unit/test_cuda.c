@@ -376,6 +376,66 @@ static int test_timed_out_staging_leaves_no_copy_behind(void)
 	return 0;
 }
 
+/* The fake is what CI checks the CUDA paths against: it must refuse what
+ * the real driver refuses and flag what it lets pass. */
+static int test_fake_driver_is_strict(void)
+{
+	void *h = load_fake(2), *c0 = NULL, *c1 = NULL, *popped, *s1 = NULL,
+	     *e0 = NULL, *pin = NULL;
+	unsigned long long d = 0;
+	static char pageable[64];
+	if (!h)
+		return 0;
+	setenv("FAKE_CUDA_STRICT", "0", 1);
+	int (*init)(unsigned) = FAKE_FN(h, int (*)(unsigned), "cuInit");
+	int (*retain)(void **, int) = FAKE_FN(h, int (*)(void **, int), "cuDevicePrimaryCtxRetain");
+	int (*push)(void *) = FAKE_FN(h, int (*)(void *), "cuCtxPushCurrent_v2");
+	int (*pop)(void **) = FAKE_FN(h, int (*)(void **), "cuCtxPopCurrent_v2");
+	int (*alloc)(unsigned long long *, size_t) =
+		FAKE_FN(h, int (*)(unsigned long long *, size_t), "cuMemAlloc_v2");
+	int (*stream_create)(void **, unsigned) =
+		FAKE_FN(h, int (*)(void **, unsigned), "cuStreamCreate");
+	int (*event_create)(void **, unsigned) =
+		FAKE_FN(h, int (*)(void **, unsigned), "cuEventCreate");
+	int (*record)(void *, void *) = FAKE_FN(h, int (*)(void *, void *), "cuEventRecord");
+	int (*query)(void *) = FAKE_FN(h, int (*)(void *), "cuEventQuery");
+	int (*copy_async)(unsigned long long, unsigned long long, size_t, void *) =
+		FAKE_FN(h, int (*)(unsigned long long, unsigned long long, size_t, void *),
+			"cuMemcpyAsync");
+	int (*host_alloc)(void **, size_t, unsigned) =
+		FAKE_FN(h, int (*)(void **, size_t, unsigned), "cuMemHostAlloc");
+	int (*free_host)(void *) = FAKE_FN(h, int (*)(void *), "cuMemFreeHost");
+	int (*violations)(void) = FAKE_FN(h, int (*)(void), "fake_cuda_violations");
+
+	CHECK(init(0) == 0);
+	/* No current context: CUDA_ERROR_INVALID_CONTEXT. */
+	CHECK(alloc(&d, 64) == 201);
+	CHECK(retain(&c0, 0) == 0 && retain(&c1, 1) == 0 && c0 != c1);
+	CHECK(push(c1) == 0);
+	CHECK(stream_create(&s1, 1) == 0);
+	CHECK(pop(&popped) == 0);
+	CHECK(push(c0) == 0);
+	CHECK(alloc(&d, 64) == 0);
+	/* An event of one context cannot be recorded on another's stream. */
+	CHECK(event_create(&e0, 0) == 0);
+	CHECK(record(e0, s1) == 400);
+	/* A copy waits until something asks for it, more than once. */
+	CHECK(host_alloc(&pin, 64, 0) == 0);
+	CHECK(copy_async((unsigned long long)(uintptr_t)pin, d, 64, NULL) == 0);
+	CHECK(record(e0, NULL) == 0);
+	CHECK(query(e0) == 600);
+	CHECK(violations() == 0);
+	/* Pageable memory in an asynchronous copy, and a pinned block freed
+	 * under a queued copy, are flagged. */
+	CHECK(copy_async(d, (unsigned long long)(uintptr_t)pageable, 64, NULL) == 0);
+	CHECK(violations() == 1);
+	CHECK(copy_async((unsigned long long)(uintptr_t)pin, d, 64, NULL) == 0);
+	CHECK(free_host(pin) == 0);
+	CHECK(violations() == 2);
+	CHECK(pop(&popped) == 0);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_unavailable_answers),
 	UNIT(test_run_staged_without_cuda),
@@ -391,6 +451,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_set_stream_of_another_context),
 	UNIT(test_fork_after_cuda),
 	UNIT(test_timed_out_staging_leaves_no_copy_behind),
+	UNIT(test_fake_driver_is_strict),
 	{ 0 },
 };
 
