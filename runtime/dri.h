@@ -173,8 +173,6 @@ struct dri_op {
 	size_t *counts;     /* all_to_all_v: send counts then recv counts (2 * size), owned */
 	int64_t timeout_ms;
 	int device;         /* >= 0: buffers live on this CUDA device */
-	int *device_ids;    /* barrier: owned copy */
-	int n_device_ids;
 };
 
 /* Makes a group of the n given world ranks (group index -> world rank),
@@ -218,9 +216,9 @@ void dri_work_p2p_start(dr_work *w);
  * waits for the group's earlier asynchronous calls, runs op->run on the
  * calling thread and returns its status; work != NULL: copies op, queues
  * it on the group's progress thread and returns a handle.
- * dri_submit owns op->counts and op->device_ids (malloc'ed by the entry
- * point) and op->priv (through op->release): it frees them when the op is
- * done, or at once on error. */
+ * dri_submit owns op->counts (malloc'ed by the entry point) and op->priv
+ * (through op->release): it frees them when the op is done, or at once on
+ * error. */
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
 /* Deadline arithmetic: monotonic milliseconds, and the job's timeout. */
@@ -325,9 +323,9 @@ void dri_transport_wake(void);
 /* The device a pointer lives on, or -1 for host memory (and always -1
  * without CUDA).  Called by every collective entry point, so it must cost
  * well under a microsecond on host memory where CUDA is absent: no
- * filesystem work per call (a dlopen(RTLD_NOLOAD) per call measured
- * ~0.7 ms here, more than a whole barrier); decide once, or watch the
- * link map (dl_iterate_phdr) instead. */
+ * filesystem work per call (a dlopen(RTLD_NOLOAD) searches the disk for a
+ * library that is not loaded, which costs more than a whole barrier); it
+ * watches the link map (dl_iterate_phdr) instead. */
 int dri_cuda_ptr_device(const void *p);
 /* Makes op, whose buffers are on op->device, a staged call: its run
  * becomes the staging through pinned host memory around the host

@@ -285,9 +285,7 @@ static dr_err run_op(dri_op *op)
 	if (op->release)
 		op->release(op);
 	free(op->counts);
-	free(op->device_ids);
 	op->counts = NULL;
-	op->device_ids = NULL;
 	return err;
 }
 
@@ -487,7 +485,6 @@ fail:
 		op.release(&op);
 	free(w);
 	free(op.counts);
-	free(op.device_ids);
 	return err;
 }
 
