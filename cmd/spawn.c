@@ -9,6 +9,11 @@
  * 126 (not executable); the parent reads the pipe, which gives 0 bytes when
  * the exec succeeded.
  *
+ * The job's secret (DISTRUN_SECRET, 32 bytes from getrandom in hex) goes
+ * to the ranks in their environment only: /proc/PID/environ is readable by
+ * the owner and root alone, unlike argv or a file in /tmp.  It is made
+ * here, kept nowhere else, and never printed or reported.
+ *
  * Every rank leads its own process group, so that stopping a rank also
  * stops what it forked (killpg).  PR_SET_PDEATHSIG makes the kernel SIGKILL
  * a rank when distrun dies, even by kill -9, so ranks never outlive it.
@@ -20,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +41,7 @@ static const char *const set_vars[] = {
 	"ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
 	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
+	"DISTRUN_SECRET",
 };
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
@@ -68,6 +75,32 @@ static char *xasprintf(const char *fmt, ...)
 	return n < 0 ? NULL : s;
 }
 
+/* "DISTRUN_SECRET=<64 hex digits>", fresh from getrandom; NULL if the
+ * kernel gives no randomness (never a weaker source). */
+static char *make_secret(void)
+{
+	unsigned char raw[32];
+	char *s;
+	size_t got = 0;
+
+	while (got < sizeof(raw)) {
+		ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL;
+		got += (size_t)n;
+	}
+	s = malloc(sizeof("DISTRUN_SECRET=") + 2 * sizeof(raw));
+	if (s) {
+		int k = sprintf(s, "DISTRUN_SECRET=");
+		for (size_t i = 0; i < sizeof(raw); i++)
+			k += sprintf(s + k, "%02x", raw[i]);
+	}
+	explicit_bzero(raw, sizeof(raw));
+	return s;
+}
+
 static int build_env(struct job *job)
 {
 	const struct opts *o = job->o;
@@ -76,7 +109,7 @@ static int build_env(struct job *job)
 
 	while (environ[n])
 		n++;
-	env = calloc(n + N_SET + 2, sizeof(*env));
+	env = calloc(n + N_SET + 3, sizeof(*env));
 	if (!env)
 		return -1;
 	job->env = env;
@@ -98,6 +131,7 @@ static int build_env(struct job *job)
 	env[k++] = strdup("TORCHELASTIC_RESTART_COUNT=0");
 	env[k++] = strdup("TORCHELASTIC_MAX_RESTARTS=0");
 	env[k++] = strdup("TORCHELASTIC_USE_AGENT_STORE=False");
+	env[k++] = make_secret();
 	if (!getenv("OMP_NUM_THREADS"))
 		env[k++] = strdup("OMP_NUM_THREADS=1");
 	env_nalloc = k;

@@ -93,7 +93,8 @@ extern "C" {
 	XX(ENOTSUP, "operation not supported for this dtype")                 \
 	XX(ENOCUDA, "CUDA not available")                                     \
 	XX(ECUDA, "CUDA call failed")                                         \
-	XX(EABORTED, "process group aborted after an earlier error")
+	XX(EABORTED, "process group aborted after an earlier error")          \
+	XX(EAUTH, "a peer could not prove the job's secret")
 
 typedef enum {
 #define DR_XX_ENUM(name, msg) DR_##name,

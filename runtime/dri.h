@@ -242,17 +242,19 @@ dr_err dri_parse_duration(const char *s, int64_t *ms);
 typedef struct dri_store_server dri_store_server;
 typedef struct dri_store dri_store;
 
-/* Binds host:port (host NULL or "" = every interface) and serves on a
- * thread until dri_store_server_stop.  DR_ECONN if the port is taken. */
+/* Listens on every address of host (NULL or "" = every interface) at
+ * port and serves on a thread until dri_store_server_stop.  Only clients
+ * that prove key (auth.h) are served.  DR_ECONN if the port is taken. */
 dr_err dri_store_server_start(const char *host, int port,
-			      dri_store_server **out);
+			      const uint8_t key[32], dri_store_server **out);
 void dri_store_server_stop(dri_store_server *srv);
 /* The port the server listens on (useful after binding port 0). */
 int dri_store_server_port(const dri_store_server *srv);
-/* Connects, retrying until timeout_ms passes (the server may start
- * later). */
-dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
-			 dri_store **out);
+/* Connects and proves key (as rank), retrying until timeout_ms passes
+ * (the server may start later).  DR_EAUTH at once if the server does not
+ * have the key. */
+dr_err dri_store_connect(const char *host, int port, const uint8_t key[32],
+			 int rank, int64_t timeout_ms, dri_store **out);
 void dri_store_close(dri_store *st);
 /* The client's socket (init uses its local address as the rank's own). */
 int dri_store_fd(const dri_store *st);
@@ -294,12 +296,17 @@ dr_err dri_wire_decode(const unsigned char in[DRI_WIRE_HDR], dri_wire_hdr *h);
 /* "all_reduce(count=4, float32, sum)" and so on, into buf. */
 void dri_msg_id_describe(const dri_msg_id *id, char *buf, size_t size);
 
-/* Starts the transport: binds a listening socket on every interface, an
- * ephemeral port.  *port receives it. */
-dr_err dri_transport_listen(int rank, int world_size, int *port);
+/* Starts the transport: listens on host (a numeric address, the one the
+ * peers will be told), an ephemeral port.  *port receives it. */
+dr_err dri_transport_listen(const char *host, int rank, int world_size,
+			    int *port);
 /* Gives the transport every rank's address ("host:port", from the store)
- * and the job id that handshakes carry.  Connections are made lazily. */
-dr_err dri_transport_start(char **addrs, const uint8_t job_id[16]);
+ * and the job's transport key (auth.h), which every connection proves
+ * both ways.  Connections are made lazily. */
+dr_err dri_transport_start(char **addrs, const uint8_t key[32]);
+/* Sends a goodbye on every connection (peers then know this rank left on
+ * purpose), closes everything.  Safe after an abort, and after a listen
+ * that was never started. */
 /* Sends a goodbye on every connection (peers then know this rank left on
  * purpose), closes everything.  Safe after an abort. */
 void dri_transport_stop(void);

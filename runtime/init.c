@@ -7,13 +7,16 @@
  * launchers' variables, torchrun's agent) is rdzv_env.c's to find out;
  * the exchange below is the same whoever serves it.
  *
- * Rendezvous: rank 0 serves the store; every
- * rank connects to it (retrying until the timeout, as the server may start
- * later), rank 0 publishes the job id and the world size, every rank
- * publishes the address it listens on, rank 0 gathers them into one key
- * that the others fetch.  A barrier over the transport ends init, so no
- * rank leaves init (and possibly the store) before every rank has what it
- * needs.
+ * Rendezvous: every rank derives the store key from the job's secret and
+ * what every rank knows before it connects (the port, the run id, the
+ * world size; auth.h).  Rank 0 serves the store (on MASTER_ADDR's
+ * addresses only); every rank connects to it and proves the key (retrying
+ * until the timeout, as the server may start later); rank 0 publishes a
+ * random job nonce and the world size, from which every rank derives the
+ * transport key; every rank publishes the address it listens on, rank 0
+ * gathers them into one key that the others fetch.  A barrier over the
+ * transport ends init, so no rank leaves init (and possibly the store)
+ * before every rank has what it needs.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -23,11 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "dri.h"
 #include "rdzv.h"
 
@@ -128,18 +131,6 @@ dri_store *dri_world_store(void)
 	return I.on ? I.kv.st : NULL;
 }
 
-static void job_hash(const char *s, uint8_t out[16])
-{
-	uint64_t a = 1469598103934665603ULL, b = 0x9e3779b97f4a7c15ULL;
-
-	for (; *s; s++) {
-		a = (a ^ (unsigned char)*s) * 1099511628211ULL;
-		b = (b ^ (unsigned char)*s) * 0x100000001b3ULL + (b >> 29);
-	}
-	memcpy(out, &a, 8);
-	memcpy(out + 8, &b, 8);
-}
-
 /* This rank's address as the master sees it: the local end of the store
  * connection, which is on a route the other ranks can use too. */
 static dr_err local_host(int fd, char *buf, size_t size)
@@ -195,8 +186,8 @@ static dr_err split_addrs(const char *all, int n, char ***out)
 
 static dr_err rendezvous(void)
 {
-	char key[64], me[128], myhost[80];
-	uint8_t job[20];
+	char key[64], me[128], myhost[80], ident[4096];
+	uint8_t job[20], skey[DRI_KEY_LEN], tkey[DRI_KEY_LEN];
 	void *val = NULL;
 	size_t len;
 	int lport;
@@ -208,16 +199,23 @@ static dr_err rendezvous(void)
 	/* Where the store is: rdzv_env.c's plan.  torchrun's agent serves
 	 * its own; otherwise rank 0 serves ours, at a port published in a
 	 * file when the plan says so (the others wait for the file). */
+	dri_rdzv_identity(&I.plan, ident, sizeof(ident));
+	err = dri_auth_store_key(ident, skey);
+	if (err)
+		goto out;
 	I.kv.timeout_ms = t;
 	if (I.plan.mode == DRI_RDZV_TORCH) {
+		/* torch's store has no authentication; the transport has */
 		err = dri_tcpstore_connect(I.plan.host, I.plan.port,
 					   I.plan.prefix, t, &I.kv.ts);
 		if (err)
-			return err;
+			goto out;
 	} else {
 		if (I.rank == 0) {
-			err = dri_store_server_start(I.plan.bind, I.plan.port,
-						     &I.srv);
+			/* MASTER_ADDR's addresses, not every interface */
+			err = dri_store_server_start(I.plan.mode == DRI_RDZV_SERVE ?
+						     I.plan.host : I.plan.bind,
+						     I.plan.port, skey, &I.srv);
 			if (!err && I.plan.mode == DRI_RDZV_FILE)
 				err = dri_rdzv_publish(&I.plan,
 					dri_store_server_port(I.srv));
@@ -225,83 +223,97 @@ static dr_err rendezvous(void)
 			err = dri_rdzv_lookup(&I.plan, t);
 		}
 		if (err)
-			return err;
-		err = dri_store_connect(I.plan.host, I.plan.port, t, &I.kv.st);
+			goto out;
+		err = dri_store_connect(I.plan.host, I.plan.port, skey, I.rank,
+					t, &I.kv.st);
 		if (err)
-			return err;
+			goto out;
 	}
 	/* Two processes with one RANK would corrupt everything after. */
 	snprintf(key, sizeof(key), "rank/%d", I.rank);
 	err = dri_kv_add(&I.kv, key, 1, &n);
 	if (err)
-		return err;
-	if (n != 1)
-		return dri_fail(DR_EENV, "RANK=%d is used by more than one "
-				"process of this job", I.rank);
+		goto out;
+	if (n != 1) {
+		err = dri_fail(DR_EENV, "RANK=%d is used by more than one "
+			       "process of this job", I.rank);
+		goto out;
+	}
 	if (I.rank == 0) {
-		const char *run = getenv("TORCHELASTIC_RUN_ID");
 		int32_t ws = I.size;
-		if (run && *run) {
-			char tmp[512];
-			snprintf(tmp, sizeof(tmp), "%s:%d", run, I.plan.port);
-			job_hash(tmp, job);
-		} else if (getrandom(job, 16, 0) != 16) {
-			snprintf(key, sizeof(key), "%d:%lld", (int)getpid(),
-				 (long long)time(NULL));
-			job_hash(key, job);
-		}
+		err = dri_random(job, 16);
+		if (err)
+			goto out;
 		memcpy(job + 16, &ws, 4);
 		err = dri_kv_set(&I.kv, "job", job, sizeof(job));
 		if (err)
-			return err;
+			goto out;
 	} else {
 		int32_t ws;
 		err = dri_kv_get(&I.kv, "job", &val, &len, t);
 		if (err)
-			return err;
+			goto out;
 		if (len != sizeof(job)) {
 			free(val);
-			return dri_fail(DR_EPROTO, "store: bad job record");
+			err = dri_fail(DR_EPROTO, "store: bad job record");
+			goto out;
 		}
 		memcpy(job, val, sizeof(job));
 		free(val);
 		memcpy(&ws, job + 16, 4);
-		if (ws != I.size)
-			return dri_fail(DR_EENV, "WORLD_SIZE=%d on rank %d but "
-					"rank 0 has WORLD_SIZE=%d", I.size,
-					I.rank, (int)ws);
+		if (ws != I.size) {
+			err = dri_fail(DR_EENV, "WORLD_SIZE=%d on rank %d but "
+				       "rank 0 has WORLD_SIZE=%d", I.size,
+				       I.rank, (int)ws);
+			goto out;
+		}
 	}
-	err = dri_transport_listen(I.rank, I.size, &lport);
-	if (err)
-		return err;
+	dri_auth_transport_key(skey, job, 16, tkey);
 	err = local_host(dri_kv_fd(&I.kv), myhost, sizeof(myhost));
 	if (err)
-		return err;
+		goto out;
+	{
+		/* Listen where the peers will be told to connect. */
+		char bare[80];
+		size_t hl = strlen(myhost);
+		if (myhost[0] == '[')
+			snprintf(bare, sizeof(bare), "%.*s", (int)(hl - 2),
+				 myhost + 1);
+		else
+			snprintf(bare, sizeof(bare), "%s", myhost);
+		err = dri_transport_listen(bare, I.rank, I.size, &lport);
+	}
+	if (err)
+		goto out;
 	snprintf(me, sizeof(me), "%s:%d", myhost, lport);
 	snprintf(key, sizeof(key), "addr/%d", I.rank);
 	err = dri_kv_set(&I.kv, key, me, strlen(me));
 	if (err)
-		return err;
+		goto out;
 	if (I.rank == 0) {
 		size_t cap = (size_t)I.size * 64 + 1, used = 0;
 		char *all = malloc(cap);
-		if (!all)
-			return dri_fail(DR_ENOMEM, "out of memory");
+		if (!all) {
+			err = dri_fail(DR_ENOMEM, "out of memory");
+			goto out;
+		}
 		for (int r = 0; r < I.size; r++) {
 			snprintf(key, sizeof(key), "addr/%d", r);
 			err = dri_kv_get(&I.kv, key, &val, &len, t);
 			if (err) {
 				free(all);
-				return dri_fail(err, "rank %d did not join within "
-						"%lld ms (%s)", r, (long long)t,
-						dr_last_error());
+				err = dri_fail(err, "rank %d did not join within "
+					       "%lld ms (%s)", r, (long long)t,
+					       dr_last_error());
+				goto out;
 			}
 			if (used + len + 2 > cap) {
 				char *na = realloc(all, cap = 2 * cap + len);
 				if (!na) {
 					free(all);
 					free(val);
-					return dri_fail(DR_ENOMEM, "out of memory");
+					err = dri_fail(DR_ENOMEM, "out of memory");
+					goto out;
 				}
 				all = na;
 			}
@@ -323,8 +335,17 @@ static dr_err rendezvous(void)
 		}
 	}
 	if (err)
-		return err;
-	return dri_transport_start(addrs, job);
+		goto out;
+	err = dri_transport_start(addrs, tkey);
+	if (err) {
+		for (int r = 0; r < I.size; r++)
+			free(addrs[r]);
+		free(addrs);
+	}
+out:
+	memset(skey, 0, sizeof(skey));
+	memset(tkey, 0, sizeof(tkey));
+	return err;
 }
 
 static void leave_at_exit(void)

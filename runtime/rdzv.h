@@ -118,6 +118,11 @@ dr_err dri_rdzv_publish(dri_rdzv_plan *p, int port);
  * set host and port from it.  A file naming a process of this host that
  * is gone (a job killed before it removed the file) is not taken. */
 dr_err dri_rdzv_lookup(dri_rdzv_plan *p, int64_t timeout_ms);
+/* The job identity the store key is derived from (auth.h): what every
+ * rank of the job knows before it connects, whichever launcher started
+ * it (the port, TORCHELASTIC_RUN_ID, the launcher's job id, the world
+ * size; for FILE, the path instead of the port). */
+void dri_rdzv_identity(const dri_rdzv_plan *p, char *buf, size_t size);
 /* Every rank has joined (or init failed): rank 0 removes the file it
  * published.  No-op otherwise. */
 void dri_rdzv_joined(dri_rdzv_plan *p);

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "rdzv.h"
 
 static char launcher_seen[64];
@@ -574,6 +575,18 @@ dr_err dri_rdzv_lookup(dri_rdzv_plan *p, int64_t timeout_ms)
 		nanosleep(&(struct timespec){ 0, 20 * 1000000 }, NULL);
 	}
 	return r < 0 ? err : DR_OK;
+}
+
+void dri_rdzv_identity(const dri_rdzv_plan *p, char *buf, size_t size)
+{
+	const char *run = getenv("TORCHELASTIC_RUN_ID");
+	char id[2048];
+
+	snprintf(id, sizeof(id), "%s|%s|%s", run ? run : "", p->job,
+		 p->mode == DRI_RDZV_FILE ? p->path : "");
+	/* FILE: the port is known only once rank 0 has published it. */
+	dri_auth_identity(buf, size, p->mode == DRI_RDZV_FILE ? 0 : p->port, id,
+			  p->size);
 }
 
 void dri_rdzv_joined(dri_rdzv_plan *p)

@@ -2,16 +2,27 @@
  * store.c - the rendezvous key-value store: rank 0 serves it on a thread at
  * MASTER_ADDR:MASTER_PORT, every rank is a client.
  *
- * It only has to carry the start-up exchange (job id, listening addresses)
- * and the odd agreement later (subgroups), so it is small: one thread, one
- * poll() over the clients, keys and values kept in an array.  A GET for a
- * key that is not there yet is parked until a SET supplies it; the client
- * waits with its own timeout, so a store that never answers cannot hang a
- * rank.
+ * It only has to carry the start-up exchange (job nonce, listening
+ * addresses) and the odd agreement later (subgroups), so it is small: one
+ * thread, one poll() over the clients, keys and values kept in an array.
+ * A GET for a key that is not there yet is parked until a SET supplies it;
+ * the client waits with its own timeout, so a store that never answers
+ * cannot hang a rank.
  *
- * Frames, both ways: u32 length of what follows (little-endian), then for a
- * request u8 command, u16 key length, key, value; for a reply u8 status (0
- * ok) and the value.
+ * Nothing from outside the job is trusted.  A connection first proves the
+ * job's key (auth.h's handshake, both ways); until it has, the server
+ * reads only the fixed-size handshake into a fixed buffer, answers nothing
+ * else, and drops it after DRI_HS_MS; at most PENDING_MAX such
+ * connections are kept (the oldest goes first).  Even a client that has
+ * proved the key is bounded: frame size, bytes buffered per client and in
+ * total, value size, bytes stored.  Replies are queued and written as the
+ * socket takes them, so a client that stops reading stalls only itself.
+ *
+ * Frames, both ways: u32 length of what follows (little-endian), u32
+ * sequence number, then for a request u8 command, u16 key length, key,
+ * value; for a reply u8 status (0 ok) and the value.  A reply carries the
+ * number of its request, so that a client whose GET timed out discards
+ * the late answer instead of taking it for the next one's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,10 +38,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "dri.h"
+#include "net.h"
 
 enum { CMD_SET = 1, CMD_GET = 2, CMD_ADD = 3 };
-#define FRAME_MAX (64u << 20)
+enum { ST_OK = 0, ST_NOMEM = 1, ST_LIMIT = 2 };
+
+#define KEY_MAX 1023
+#define VALUE_MAX ((size_t)64 << 20)            /* one value */
+#define FRAME_MAX (4 + 3 + KEY_MAX + VALUE_MAX) /* one request */
+#define STORE_BYTES_MAX ((size_t)512 << 20)     /* all values */
+#define BUFFERED_MAX ((size_t)512 << 20)        /* in + out, all clients */
+#define PENDING_MAX 64                          /* unauthenticated */
+#define CLIENTS_MAX 65536
+#define PAUSE_MS 100                            /* listener, at EMFILE */
 
 struct kv {
 	char *key;
@@ -38,24 +60,39 @@ struct kv {
 	size_t len;
 };
 
+enum { C_HELLO, C_PROOF, C_UP };
+
 struct client {
 	int fd;
+	int state;
+	int64_t deadline;       /* of the handshake */
+	uint64_t serial;        /* order of arrival, for dropping the oldest */
+	dri_hs hs;
+	unsigned char hsbuf[DRI_HS_HELLO];
+	size_t hs_got;
 	unsigned char *in;
 	size_t in_len, in_cap;
-	char *waiting; /* key of a parked GET, or NULL */
+	unsigned char *out;
+	size_t out_off, out_len, out_cap;
+	char *waiting;          /* key of a parked GET, or NULL */
+	uint32_t wait_seq;
 };
 
 struct dri_store_server {
 	pthread_t thread;
-	int listen_fd, stop_fd;
+	int lfd[DRI_NET_MAXFD], nlfd, stop_fd, reserve_fd;
+	int64_t pause_until;
+	uint8_t key[DRI_KEY_LEN];
 	struct kv *kv;
-	size_t nkv, cap_kv;
+	size_t nkv, cap_kv, stored;
 	struct client *cl;
-	size_t ncl, cap_cl;
+	size_t ncl, cap_cl, npending, buffered;
+	uint64_t serial;
 };
 
 struct dri_store {
 	int fd;
+	uint32_t seq;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -72,11 +109,10 @@ static uint32_t rd32(const unsigned char *p)
 	       (uint32_t)p[3] << 24;
 }
 
-/* Writes all of buf, waiting up to timeout_ms for room; -1 on failure. */
-static int write_all(int fd, const void *buf, size_t len, int64_t timeout_ms)
+/* Writes all of buf before deadline; 0, -1 error (errno), -2 timeout. */
+static int write_all(int fd, const void *buf, size_t len, int64_t deadline)
 {
 	const char *p = buf;
-	int64_t deadline = dri_now_ms() + timeout_ms;
 
 	while (len) {
 		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
@@ -91,7 +127,7 @@ static int write_all(int fd, const void *buf, size_t len, int64_t timeout_ms)
 			struct pollfd pf = { fd, POLLOUT, 0 };
 			int64_t left = deadline - dri_now_ms();
 			if (left <= 0)
-				return -1;
+				return -2;
 			poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
 			continue;
 		}
@@ -122,7 +158,9 @@ static int read_all(int fd, void *buf, size_t len, int64_t deadline)
 		int64_t left = deadline - dri_now_ms();
 		if (left <= 0)
 			return -2;
-		poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+		if (poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) > 0 &&
+		    (pf.revents & POLLNVAL))
+			return -1;
 	}
 	return 0;
 }
@@ -137,14 +175,20 @@ static struct kv *kv_find(dri_store_server *s, const char *key)
 	return NULL;
 }
 
-static struct kv *kv_put(dri_store_server *s, const char *key,
-			 const void *val, size_t len)
+/* Stores a copy of val under key: ST_OK, ST_NOMEM, or ST_LIMIT when the
+ * store would hold more than STORE_BYTES_MAX. */
+static int kv_put(dri_store_server *s, const char *key, const void *val,
+		  size_t len)
 {
 	struct kv *e = kv_find(s, key);
-	unsigned char *copy = malloc(len ? len : 1);
+	size_t old = e ? e->len : 0;
+	unsigned char *copy;
 
+	if (s->stored - old + len > STORE_BYTES_MAX)
+		return ST_LIMIT;
+	copy = malloc(len ? len : 1);
 	if (!copy)
-		return NULL;
+		return ST_NOMEM;
 	memcpy(copy, val, len);
 	if (!e) {
 		if (s->nkv == s->cap_kv) {
@@ -152,7 +196,7 @@ static struct kv *kv_put(dri_store_server *s, const char *key,
 			struct kv *n = realloc(s->kv, cap * sizeof(*n));
 			if (!n) {
 				free(copy);
-				return NULL;
+				return ST_NOMEM;
 			}
 			s->kv = n;
 			s->cap_kv = cap;
@@ -161,33 +205,91 @@ static struct kv *kv_put(dri_store_server *s, const char *key,
 		e->key = strdup(key);
 		if (!e->key) {
 			free(copy);
-			return NULL;
+			return ST_NOMEM;
 		}
+		e->val = NULL;
 		s->nkv++;
-	} else {
-		free(e->val);
 	}
+	free(e->val);
 	e->val = copy;
 	e->len = len;
-	return e;
+	s->stored = s->stored - old + len;
+	return ST_OK;
 }
 
-static int reply(int fd, int status, const void *val, size_t len)
+/* Grows a buffer to hold need bytes (doubling), keeping s->buffered. */
+static int buf_reserve(dri_store_server *s, unsigned char **b, size_t *cap,
+		       size_t need)
 {
-	unsigned char h[5];
+	size_t nc = *cap ? *cap : 4096;
+	unsigned char *nb;
 
-	le32(h, (uint32_t)(len + 1));
-	h[4] = (unsigned char)status;
-	if (write_all(fd, h, 5, 5000) < 0)
+	if (need <= *cap)
+		return 0;
+	while (nc < need)
+		nc *= 2;
+	if (s->buffered - *cap + nc > BUFFERED_MAX)
 		return -1;
-	return len ? write_all(fd, val, len, 5000) : 0;
+	nb = realloc(*b, nc);
+	if (!nb)
+		return -1;
+	s->buffered = s->buffered - *cap + nc;
+	*b = nb;
+	*cap = nc;
+	return 0;
+}
+
+/* Queues a reply; -1 (drop the client) if it cannot be buffered. */
+static int reply(dri_store_server *s, struct client *c, uint32_t seq,
+		 int status, const void *val, size_t len)
+{
+	size_t need;
+
+	if (c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	need = c->out_len + 9 + len;
+	if (buf_reserve(s, &c->out, &c->out_cap, need) < 0)
+		return -1;
+	le32(c->out + c->out_len, (uint32_t)(len + 5));
+	le32(c->out + c->out_len + 4, seq);
+	c->out[c->out_len + 8] = (unsigned char)status;
+	if (len)
+		memcpy(c->out + c->out_len + 9, val, len);
+	c->out_len = need;
+	return 0;
+}
+
+/* Writes what the socket takes of the client's replies; -1 on error. */
+static int client_flush(struct client *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off,
+				 c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		return -1;
+	}
+	return 0;
 }
 
 static void client_drop(dri_store_server *s, size_t i)
 {
-	close(s->cl[i].fd);
-	free(s->cl[i].in);
-	free(s->cl[i].waiting);
+	struct client *c = &s->cl[i];
+
+	close(c->fd);
+	s->buffered -= c->in_cap + c->out_cap;
+	free(c->in);
+	free(c->out);
+	free(c->waiting);
+	if (c->state != C_UP)
+		s->npending--;
 	s->cl[i] = s->cl[--s->ncl];
 }
 
@@ -200,7 +302,9 @@ static void wake_getters(dri_store_server *s, const char *key,
 		if (w->waiting && !strcmp(w->waiting, key)) {
 			free(w->waiting);
 			w->waiting = NULL;
-			(void)reply(w->fd, 0, val, len);
+			if (reply(s, w, w->wait_seq, ST_OK, val, len) < 0 ||
+			    client_flush(w) < 0)
+				shutdown(w->fd, SHUT_RDWR); /* poll drops it */
 		}
 	}
 }
@@ -209,14 +313,19 @@ static void wake_getters(dri_store_server *s, const char *key,
 static int serve_request(dri_store_server *s, struct client *c,
 			 const unsigned char *req, size_t len)
 {
-	char key[1024];
+	char key[KEY_MAX + 1];
 	size_t klen;
 	struct kv *e;
+	uint32_t seq;
+	int st;
 
-	if (len < 3)
+	if (len < 7)
 		return -1;
+	seq = rd32(req);
+	req += 4;
+	len -= 4;
 	klen = (size_t)req[1] | (size_t)req[2] << 8;
-	if (klen >= sizeof(key) || 3 + klen > len)
+	if (klen > KEY_MAX || 3 + klen > len)
 		return -1;
 	memcpy(key, req + 3, klen);
 	key[klen] = 0;
@@ -225,51 +334,104 @@ static int serve_request(dri_store_server *s, struct client *c,
 
 	switch (req[0]) {
 	case CMD_SET:
-		if (!kv_put(s, key, val, vlen))
-			return reply(c->fd, 1, NULL, 0);
-		if (reply(c->fd, 0, NULL, 0) < 0)
+		st = vlen > VALUE_MAX ? ST_LIMIT : kv_put(s, key, val, vlen);
+		if (reply(s, c, seq, st, NULL, 0) < 0)
 			return -1;
-		wake_getters(s, key, val, vlen);
+		if (st == ST_OK)
+			wake_getters(s, key, val, vlen);
 		return 0;
 	case CMD_GET:
 		e = kv_find(s, key);
 		if (e)
-			return reply(c->fd, 0, e->val, e->len);
+			return reply(s, c, seq, ST_OK, e->val, e->len);
 		free(c->waiting);
 		c->waiting = strdup(key);
+		c->wait_seq = seq;
 		return c->waiting ? 0 : -1;
 	case CMD_ADD: {
-		int64_t cur = 0, delta = 0;
+		uint64_t cur = 0, delta = 0;
+		int64_t v;
 		if (vlen != 8)
 			return -1;
 		memcpy(&delta, val, 8);
 		e = kv_find(s, key);
 		if (e && e->len == 8)
 			memcpy(&cur, e->val, 8);
-		cur += delta;
-		if (!kv_put(s, key, &cur, 8))
-			return reply(c->fd, 1, NULL, 0);
-		if (reply(c->fd, 0, &cur, 8) < 0)
+		cur += delta; /* unsigned: wraps instead of overflowing */
+		v = (int64_t)cur;
+		st = kv_put(s, key, &v, 8);
+		if (reply(s, c, seq, st, &v, st == ST_OK ? 8 : 0) < 0)
 			return -1;
-		wake_getters(s, key, &cur, 8);
+		if (st == ST_OK)
+			wake_getters(s, key, &v, 8);
 		return 0;
 	}
 	}
 	return -1;
 }
 
+/* The handshake of a client that has not proved the key yet: reads into
+ * its fixed buffer only; -1 drops it. */
+static int client_handshake(dri_store_server *s, struct client *c)
+{
+	size_t want = c->state == C_HELLO ? DRI_HS_HELLO : DRI_HS_PROOF;
+	ssize_t n;
+	int rank, size;
+
+	do
+		n = recv(c->fd, c->hsbuf + c->hs_got, want - c->hs_got, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0)
+		return -1;
+	c->hs_got += (size_t)n;
+	if (c->hs_got < want)
+		return 0;
+	c->hs_got = 0;
+	if (c->state == C_HELLO) {
+		if (dri_hs_challenge(&c->hs, s->key, c->hsbuf, DRI_HS_STORE, 0,
+				     &rank, &size))
+			return -1;
+		/* The socket is fresh: a 68-byte write fits. */
+		if (send(c->fd, c->hs.chal, DRI_HS_CHAL, MSG_NOSIGNAL |
+			 MSG_DONTWAIT) != DRI_HS_CHAL)
+			return -1;
+		c->state = C_PROOF;
+		return 0;
+	}
+	if (!dri_hs_verify(&c->hs, s->key, c->hsbuf))
+		return -1;
+	unsigned char ok = 1;
+	if (send(c->fd, &ok, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+		return -1;
+	c->state = C_UP;
+	s->npending--;
+	return 0;
+}
+
 /* Reads what a client sent and serves every whole request in it. */
 static int client_read(dri_store_server *s, struct client *c)
 {
+	size_t off = 0;
+
+	if (c->state != C_UP)
+		return client_handshake(s, c);
 	for (;;) {
-		if (c->in_cap - c->in_len < 4096) {
-			size_t cap = c->in_cap ? 2 * c->in_cap : 8192;
-			unsigned char *n = realloc(c->in, cap);
-			if (!n)
+		/* Room for what the frame at hand still needs, no more: a
+		 * half-sent giant frame costs only what was sent. */
+		size_t need = c->in_len + 4096;
+		if (c->in_len >= 4) {
+			uint32_t flen = rd32(c->in);
+			if (flen > FRAME_MAX)
 				return -1;
-			c->in = n;
-			c->in_cap = cap;
+			if ((size_t)flen + 4 > need)
+				need = (size_t)flen + 4;
+			if (need > c->in_len + ((size_t)1 << 20))
+				need = c->in_len + ((size_t)1 << 20);
 		}
+		if (buf_reserve(s, &c->in, &c->in_cap, need) < 0)
+			return -1;
 		ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
 		if (n == 0)
 			return -1;
@@ -281,8 +443,9 @@ static int client_read(dri_store_server *s, struct client *c)
 			return -1;
 		}
 		c->in_len += (size_t)n;
+		if (c->in_len < c->in_cap)
+			break; /* drained: poll says when more comes */
 	}
-	size_t off = 0;
 	while (c->in_len - off >= 4) {
 		uint32_t flen = rd32(c->in + off);
 		if (flen > FRAME_MAX)
@@ -295,7 +458,64 @@ static int client_read(dri_store_server *s, struct client *c)
 	}
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
-	return 0;
+	return client_flush(c);
+}
+
+/* Drops the oldest unauthenticated client (to make room). */
+static void drop_oldest_pending(dri_store_server *s)
+{
+	size_t best = s->ncl;
+
+	for (size_t i = 0; i < s->ncl; i++)
+		if (s->cl[i].state != C_UP &&
+		    (best == s->ncl || s->cl[i].serial < s->cl[best].serial))
+			best = i;
+	if (best < s->ncl)
+		client_drop(s, best);
+}
+
+static void accept_clients(dri_store_server *s, int lfd)
+{
+	for (;;) {
+		int fd = dri_net_accept(lfd, &s->reserve_fd, s->npending > 0);
+		int one = 1;
+		if (fd == DRI_ACCEPT_FULL) {
+			drop_oldest_pending(s);
+			continue;
+		}
+		if (fd == DRI_ACCEPT_DROPPED)
+			continue;
+		if (fd == DRI_ACCEPT_PAUSE) {
+			s->pause_until = dri_now_ms() + PAUSE_MS;
+			return;
+		}
+		if (fd < 0)
+			return;
+		if (s->npending >= PENDING_MAX)
+			drop_oldest_pending(s);
+		if (s->ncl >= CLIENTS_MAX ||
+		    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one))) {
+			close(fd);
+			continue;
+		}
+		if (s->ncl == s->cap_cl) {
+			size_t c2 = s->cap_cl ? 2 * s->cap_cl : 16;
+			struct client *nc = realloc(s->cl, c2 * sizeof(*nc));
+			if (!nc) {
+				close(fd);
+				continue;
+			}
+			s->cl = nc;
+			s->cap_cl = c2;
+		}
+		s->cl[s->ncl++] = (struct client){
+			.fd = fd,
+			.state = C_HELLO,
+			.deadline = dri_now_ms() + DRI_HS_MS,
+			.serial = s->serial++,
+		};
+		s->npending++;
+	}
 }
 
 static void *server_main(void *arg)
@@ -305,7 +525,8 @@ static void *server_main(void *arg)
 	size_t cap = 0;
 
 	for (;;) {
-		size_t n = 2 + s->ncl;
+		size_t n = 1 + (size_t)s->nlfd + s->ncl, base = 1 + (size_t)s->nlfd;
+		int64_t now = dri_now_ms(), wait = -1;
 		if (n > cap) {
 			struct pollfd *np = realloc(pf, n * sizeof(*np));
 			if (!np)
@@ -314,100 +535,86 @@ static void *server_main(void *arg)
 			cap = n;
 		}
 		pf[0] = (struct pollfd){ s->stop_fd, POLLIN, 0 };
-		pf[1] = (struct pollfd){ s->listen_fd, POLLIN, 0 };
-		for (size_t i = 0; i < s->ncl; i++)
-			pf[2 + i] = (struct pollfd){ s->cl[i].fd, POLLIN, 0 };
-		if (poll(pf, (nfds_t)n, -1) < 0) {
+		for (int k = 0; k < s->nlfd; k++)
+			pf[1 + k] = (struct pollfd){
+				now < s->pause_until ? -1 : s->lfd[k], POLLIN, 0 };
+		if (now < s->pause_until)
+			wait = s->pause_until - now;
+		for (size_t i = 0; i < s->ncl; i++) {
+			struct client *c = &s->cl[i];
+			short ev = POLLIN | (c->out_off < c->out_len ? POLLOUT : 0);
+			pf[base + i] = (struct pollfd){ c->fd, ev, 0 };
+			if (c->state != C_UP) {
+				int64_t left = c->deadline - now;
+				left = left < 0 ? 0 : left;
+				if (wait < 0 || left < wait)
+					wait = left;
+			}
+		}
+		if (poll(pf, (nfds_t)n, (int)wait) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (pf[0].revents)
 			break;
+		now = dri_now_ms();
 		/* Clients first, from the back, so that dropping one (which
 		 * moves the last into its slot) keeps indices valid. */
-		for (size_t i = s->ncl; i-- > 0;)
-			if (pf[2 + i].revents && client_read(s, &s->cl[i]) < 0)
+		for (size_t i = s->ncl; i-- > 0;) {
+			struct client *c = &s->cl[i];
+			short re = pf[base + i].revents;
+			int bad = (re & POLLNVAL) ||
+				  (c->state != C_UP && now >= c->deadline);
+			if (!bad && (re & POLLOUT))
+				bad = client_flush(c) < 0;
+			if (!bad && (re & (POLLIN | POLLHUP | POLLERR)))
+				bad = client_read(s, c) < 0;
+			if (bad)
 				client_drop(s, i);
-		if (pf[1].revents) {
-			int fd;
-			while ((fd = accept4(s->listen_fd, NULL, NULL,
-					     SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-				if (s->ncl == s->cap_cl) {
-					size_t c2 = s->cap_cl ? 2 * s->cap_cl : 16;
-					struct client *nc =
-						realloc(s->cl, c2 * sizeof(*nc));
-					if (!nc) {
-						close(fd);
-						continue;
-					}
-					s->cl = nc;
-					s->cap_cl = c2;
-				}
-				int one = 1;
-				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-					   sizeof(one));
-				s->cl[s->ncl++] = (struct client){ fd, NULL, 0, 0, NULL };
-			}
 		}
+		for (int k = 0; k < s->nlfd; k++)
+			if (pf[1 + k].revents)
+				accept_clients(s, s->lfd[k]);
 	}
 	free(pf);
 	return NULL;
 }
 
 dr_err dri_store_server_start(const char *host, int port,
+			      const uint8_t key[DRI_KEY_LEN],
 			      dri_store_server **out)
 {
-	struct addrinfo hints, *res = NULL, *ai;
-	char ps[16];
 	dri_store_server *s;
-	int fd = -1, one = 1, rc;
+	dr_err err;
 
 	*out = NULL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return dri_fail(DR_ENOMEM, "out of memory");
-	snprintf(ps, sizeof(ps), "%d", port);
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	rc = getaddrinfo(host && *host ? host : NULL, ps, &hints, &res);
-	if (rc) {
+	memcpy(s->key, key, DRI_KEY_LEN);
+	s->stop_fd = s->reserve_fd = -1;
+	err = dri_net_listen(host, port, s->lfd, &s->nlfd);
+	if (err) {
 		free(s);
-		return dri_fail(DR_EENV, "store address %s:%d: %s",
-				host ? host : "*", port, gai_strerror(rc));
+		return dri_fail(err, "rank 0 cannot host the store: %s",
+				dr_last_error());
 	}
-	errno = EADDRNOTAVAIL;
-	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-			    SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			continue;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    listen(fd, SOMAXCONN) == 0)
-			break;
-		int e = errno;
-		close(fd);
-		fd = -1;
-		errno = e;
-	}
-	freeaddrinfo(res);
-	if (fd < 0) {
-		int e = errno;
-		free(s);
-		return dri_fail(DR_ECONN, "rank 0 cannot host the store on port "
-				"%d: %s", port, strerror(e));
-	}
-	s->listen_fd = fd;
+	s->reserve_fd = dri_net_reserve();
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->stop_fd < 0 ||
+	if (s->stop_fd < 0 || s->reserve_fd < 0 ||
 	    pthread_create(&s->thread, NULL, server_main, s)) {
+		int e = errno;
 		if (s->stop_fd >= 0)
 			close(s->stop_fd);
-		close(fd);
+		if (s->reserve_fd >= 0)
+			close(s->reserve_fd);
+		for (int k = 0; k < s->nlfd; k++)
+			close(s->lfd[k]);
 		free(s);
-		return dri_fail(DR_ESYS, "cannot start the store thread");
+		return dri_fail(DR_ESYS, "rank 0 cannot start the store: %s%s",
+				strerror(e), e == EMFILE || e == ENFILE ?
+				" (the open file limit, ulimit -n, is too low)" : "");
 	}
 	*out = s;
 	return DR_OK;
@@ -429,21 +636,18 @@ void dri_store_server_stop(dri_store_server *s)
 	}
 	free(s->kv);
 	free(s->cl);
-	close(s->listen_fd);
+	for (int k = 0; k < s->nlfd; k++)
+		close(s->lfd[k]);
 	close(s->stop_fd);
+	if (s->reserve_fd >= 0)
+		close(s->reserve_fd);
+	memset(s->key, 0, sizeof(s->key));
 	free(s);
 }
 
 int dri_store_server_port(const dri_store_server *s)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-
-	if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &len) < 0)
-		return -1;
-	return ntohs(ss.ss_family == AF_INET6 ?
-		     ((struct sockaddr_in6 *)&ss)->sin6_port :
-		     ((struct sockaddr_in *)&ss)->sin_port);
+	return s->nlfd ? dri_net_port(s->lfd[0]) : -1;
 }
 
 /* ------------------------------------------------------------- client */
@@ -481,13 +685,48 @@ static int connect_until(int fd, const struct addrinfo *ai, int64_t deadline)
 	return e ? -1 : 0;
 }
 
-dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
-			 dri_store **out)
+/* The client's side of the handshake on a connected fd: DR_OK, DR_EAUTH
+ * (the server does not have the key: final), or DR_ECONN with errno-like
+ * detail in the message (dropped: worth another try). */
+static dr_err client_handshake_run(int fd, const uint8_t key[DRI_KEY_LEN],
+				   int rank, int64_t deadline)
+{
+	unsigned char chal[DRI_HS_CHAL], proof[DRI_HS_PROOF], ok = 0;
+	int64_t hs_deadline = dri_now_ms() + DRI_HS_MS;
+	dri_hs hs;
+	int srv, rc;
+	dr_err err;
+
+	if (hs_deadline < deadline)
+		deadline = hs_deadline;
+	err = dri_hs_hello(&hs, DRI_HS_STORE, rank, 0);
+	if (err)
+		return err;
+	if (write_all(fd, hs.hello, DRI_HS_HELLO, deadline) < 0)
+		return dri_fail(DR_ECONN, "handshake not sent: %s", strerror(errno));
+	rc = read_all(fd, chal, sizeof(chal), deadline);
+	if (rc < 0)
+		return dri_fail(DR_ECONN, "the store %s during the handshake",
+				rc == -2 ? "did not answer" : "closed the connection");
+	err = dri_hs_answer(&hs, key, chal, &srv, proof);
+	if (err)
+		return err;
+	if (write_all(fd, proof, sizeof(proof), deadline) < 0 ||
+	    read_all(fd, &ok, 1, deadline) < 0 || ok != 1)
+		return dri_fail(DR_ECONN, "the store dropped the connection "
+				"during the handshake");
+	return DR_OK;
+}
+
+dr_err dri_store_connect(const char *host, int port,
+			 const uint8_t key[DRI_KEY_LEN], int rank,
+			 int64_t timeout_ms, dri_store **out)
 {
 	struct addrinfo hints, *res = NULL;
-	char ps[16];
+	char ps[16], why[512] = "";
 	int64_t deadline = dri_now_ms() + timeout_ms;
-	int rc, fd = -1, last = 0, one = 1;
+	int rc, fd = -1, one = 1;
+	dr_err err;
 
 	*out = NULL;
 	snprintf(ps, sizeof(ps), "%d", port);
@@ -503,13 +742,32 @@ dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
 		for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 			fd = socket(ai->ai_family, ai->ai_socktype |
 				    SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+			if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+				int e = errno;
+				freeaddrinfo(res);
+				return dri_fail(DR_ESYS, "cannot connect to the "
+						"store at %s:%d: %s (the open file "
+						"limit, ulimit -n, is too low)",
+						host, port, strerror(e));
+			}
 			if (fd < 0) {
-				last = errno;
+				snprintf(why, sizeof(why), "%s", strerror(errno));
 				continue;
 			}
-			if (connect_until(fd, ai, deadline) == 0)
-				goto connected;
-			last = errno;
+			if (connect_until(fd, ai, deadline) == 0) {
+				err = client_handshake_run(fd, key, rank, deadline);
+				if (!err)
+					goto connected;
+				snprintf(why, sizeof(why), "%s", dr_last_error());
+				if (err != DR_ECONN) {
+					close(fd);
+					freeaddrinfo(res);
+					return dri_fail(err, "store at %s:%d: %s",
+							host, port, why);
+				}
+			} else {
+				snprintf(why, sizeof(why), "%s", strerror(errno));
+			}
 			close(fd);
 			fd = -1;
 		}
@@ -519,14 +777,18 @@ dr_err dri_store_connect(const char *host, int port, int64_t timeout_ms,
 	}
 	freeaddrinfo(res);
 	return dri_fail(DR_ETIMEDOUT, "cannot reach the store at %s:%d within "
-			"%lld ms: %s", host, port, (long long)timeout_ms,
-			strerror(last));
+			"%lld ms: %s", host, port, (long long)timeout_ms, why);
 connected:
 	freeaddrinfo(res);
 	/* Non-blocking (from socket()), so that every read and write
 	 * honours its timeout. */
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	dri_store *st = malloc(sizeof(*st));
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0) {
+		int e = errno;
+		close(fd);
+		return dri_fail(DR_ESYS, "store socket: TCP_NODELAY: %s",
+				strerror(e));
+	}
+	dri_store *st = calloc(1, sizeof(*st));
 	if (!st) {
 		close(fd);
 		return dri_fail(DR_ENOMEM, "out of memory");
@@ -549,61 +811,76 @@ int dri_store_fd(const dri_store *st)
 	return st->fd;
 }
 
-/* Sends one request and reads its reply (value malloc'ed into *val). */
+/* Sends one request and reads its reply (value malloc'ed into *val).
+ * Replies to earlier requests that timed out are read and discarded. */
 static dr_err roundtrip(dri_store *st, int cmd, const char *key,
 			const void *val, size_t vlen, void **rval,
 			size_t *rlen, int64_t timeout_ms)
 {
-	size_t klen = strlen(key), flen = 3 + klen + vlen;
-	unsigned char *f, h[5];
+	size_t klen = strlen(key), flen = 7 + klen + vlen;
+	int64_t deadline = dri_now_ms() + timeout_ms;
+	unsigned char *f, h[9];
 	unsigned char *r = NULL;
-	uint32_t n;
+	uint32_t n, seq = ++st->seq;
 	int rc;
 
-	if (klen >= 1024)
+	if (klen > KEY_MAX)
 		return dri_fail(DR_EINVAL, "store key too long");
+	if (vlen > VALUE_MAX)
+		return dri_fail(DR_EINVAL, "store: value for key '%s' is %zu "
+				"bytes, more than %zu", key, vlen, VALUE_MAX);
 	f = malloc(4 + flen);
 	if (!f)
 		return dri_fail(DR_ENOMEM, "out of memory");
 	le32(f, (uint32_t)flen);
-	f[4] = (unsigned char)cmd;
-	f[5] = (unsigned char)klen;
-	f[6] = (unsigned char)(klen >> 8);
-	memcpy(f + 7, key, klen);
+	le32(f + 4, seq);
+	f[8] = (unsigned char)cmd;
+	f[9] = (unsigned char)klen;
+	f[10] = (unsigned char)(klen >> 8);
+	memcpy(f + 11, key, klen);
 	if (vlen)
-		memcpy(f + 7 + klen, val, vlen);
-	rc = write_all(st->fd, f, 4 + flen, timeout_ms);
+		memcpy(f + 11 + klen, val, vlen);
+	rc = write_all(st->fd, f, 4 + flen, deadline);
 	free(f);
 	if (rc < 0)
 		return dri_fail(DR_ECONN, "store: cannot send request for key "
-				"'%s': %s", key, strerror(errno));
-	int64_t deadline = dri_now_ms() + timeout_ms;
-	rc = read_all(st->fd, h, 5, deadline);
-	if (rc == -2)
-		return dri_fail(DR_ETIMEDOUT, "store: timed out after %lld ms "
-				"waiting for key '%s'", (long long)timeout_ms, key);
-	n = rd32(h);
-	if (rc < 0 || n < 1 || n > FRAME_MAX)
-		return dri_fail(DR_ECONN, "store: connection to rank 0 lost "
-				"waiting for key '%s' (has rank 0 exited?)", key);
-	r = malloc(n);
-	if (!r)
-		return dri_fail(DR_ENOMEM, "out of memory");
-	rc = read_all(st->fd, r, n - 1, deadline);
-	if (rc < 0) {
-		free(r);
-		return dri_fail(rc == -2 ? DR_ETIMEDOUT : DR_ECONN,
-				"store: reply for key '%s' cut short", key);
+				"'%s': %s", key, rc == -2 ? "timed out" :
+				strerror(errno));
+	for (;;) {
+		rc = read_all(st->fd, h, 9, deadline);
+		if (rc == -2)
+			return dri_fail(DR_ETIMEDOUT, "store: timed out after "
+					"%lld ms waiting for key '%s'",
+					(long long)timeout_ms, key);
+		n = rd32(h);
+		if (rc < 0 || n < 5 || n - 5 > VALUE_MAX)
+			return dri_fail(DR_ECONN, "store: connection to rank 0 "
+					"lost waiting for key '%s' (has rank 0 "
+					"exited?)", key);
+		r = malloc(n - 4);
+		if (!r)
+			return dri_fail(DR_ENOMEM, "out of memory");
+		rc = read_all(st->fd, r, n - 5, deadline);
+		if (rc < 0) {
+			free(r);
+			return dri_fail(rc == -2 ? DR_ETIMEDOUT : DR_ECONN,
+					"store: reply for key '%s' cut short", key);
+		}
+		if (rd32(h + 4) == seq)
+			break;
+		free(r); /* the late answer to a request that timed out */
 	}
-	if (h[4]) {
+	if (h[8]) {
 		free(r);
-		return dri_fail(DR_ENOMEM, "store: rank 0 could not store '%s'",
-				key);
+		return dri_fail(h[8] == ST_LIMIT ? DR_EINVAL : DR_ENOMEM,
+				"store: rank 0 could not store '%s' (%s)", key,
+				h[8] == ST_LIMIT ? "the store is full" :
+				"out of memory");
 	}
-	r[n - 1] = 0;
+	r[n - 5] = 0;
 	if (rval) {
 		*rval = r;
-		*rlen = n - 1;
+		*rlen = n - 5;
 	} else {
 		free(r);
 	}

@@ -2,13 +2,18 @@
  * transport.c - connections between ranks, framed messages, matching of
  * receives, and the poll loop that moves the bytes.
  *
- * Every rank listens on one socket; the addresses of all ranks come from
- * the store at init.  A connection to a peer is opened only when a request
- * first needs it (so 256 ranks fit in the default fd limit) and starts with
- * a handshake (magic, version, job id, rank); anything else is dropped.
- * When two ranks connect to each other at once, the connection opened by
- * the lower rank wins: the acceptor answers the handshake with one byte,
- * 1 (kept) or 0 (dropped).
+ * Every rank listens on one socket, on the address its peers reach it at
+ * (the local end of its connection to the store: loopback for a
+ * single-host job); the addresses of all ranks come from the store at
+ * init.  A connection to a peer is opened only when a request first needs
+ * it (so 256 ranks fit in the default fd limit) and starts with auth.h's
+ * handshake: both ends prove the job's transport key, bound to both ranks
+ * and fresh nonces, before a byte of anything else is read.  Until then an
+ * incoming connection holds a fixed-size buffer, at most PENDING_MAX of
+ * them are kept (the oldest goes first), and each is dropped after
+ * DRI_HS_MS.  When two ranks connect to each other at once, the
+ * connection opened by the lower rank wins: the acceptor answers the
+ * proof with one byte, 1 (kept) or 0 (dropped).
  *
  * Each message is a 64-byte header (dri_wire_hdr: magic, version, the
  * call's dri_msg_id, payload length, sender) and its payload.  A receive is
@@ -46,10 +51,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "dri.h"
+#include "net.h"
 
-#define HS_MAGIC 0x53485244u /* "DRHS" */
-#define HS_LEN 32
+#define PENDING_MAX 64   /* incoming connections not yet authenticated */
+#define RECONNECT_MAX 50 /* connections dropped before the handshake ended */
+#define PAUSE_MS 100     /* not watching the listener, at EMFILE */
 #define SOCKBUF (4 << 20)
 #define ABORT_TEXT_MAX 4096
 #define STAGE_LEN 16384
@@ -71,7 +79,8 @@
 enum peer_state {
 	P_NONE,       /* no connection yet */
 	P_CONNECTING, /* our connect() in progress */
-	P_HS_SENT,    /* our handshake sent, waiting for the ack byte */
+	P_HS_SENT,    /* our HELLO sent, waiting for the challenge */
+	P_HS_PROOF,   /* our proof sent, waiting for the ack byte */
 	P_WAIT,       /* ours was dropped: the lower rank's is coming */
 	P_UP,         /* connected */
 	P_GONE,       /* said goodbye, or the transport was closed */
@@ -107,12 +116,23 @@ struct peer {
 	unsigned char *stage;   /* STAGE_LEN bytes read ahead */
 	size_t s_off, s_len;
 	int parked;             /* rx holds a large header nobody wants yet */
+	/* handshake as the connecting side */
+	dri_hs hs;
+	unsigned char hsbuf[DRI_HS_CHAL];
+	size_t hs_got;
+	int reconnects;
 };
 
+/* An incoming connection that has not proved the key yet. */
 struct pending {
 	int fd;
+	int proving;            /* HELLO read, challenge sent */
+	int rank;
 	size_t got;
-	unsigned char buf[HS_LEN];
+	int64_t deadline;
+	uint64_t serial;
+	dri_hs hs;
+	unsigned char buf[DRI_HS_HELLO];
 };
 
 static struct {
@@ -120,8 +140,10 @@ static struct {
 	pthread_cond_t cv;
 	int on;
 	int rank, size;
-	int listen_fd, wake_fd;
-	uint8_t job[16];
+	int listen_fd, wake_fd, reserve_fd;
+	int64_t pause_until;
+	uint64_t serial;
+	uint8_t key[DRI_KEY_LEN];
 	char **addrs;
 	struct peer *peers;
 	dri_req *posted_head, *posted_tail; /* receives, in posting order */
@@ -141,6 +163,7 @@ static struct {
 	.cv = PTHREAD_COND_INITIALIZER,
 	.listen_fd = -1,
 	.wake_fd = -1,
+	.reserve_fd = -1,
 };
 
 /* Sends that were cancelled half-way keep their remaining bytes here, so
@@ -262,13 +285,16 @@ void dri_msg_id_describe(const dri_msg_id *id, char *buf, size_t size)
 
 /* ---------------------------------------------------------- sockets */
 
-static void sock_tune(int fd)
+/* TCP_NODELAY and large buffers; -1 with errno if the socket refuses. */
+static int sock_tune(int fd)
 {
 	int one = 1, sz = SOCKBUF;
 
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz)) < 0)
+		return -1;
+	return 0;
 }
 
 static void wake_locked(void)
@@ -288,53 +314,38 @@ void dri_transport_wake(void)
 	pthread_mutex_unlock(&tp.mu);
 }
 
-dr_err dri_transport_listen(int rank, int world_size, int *port)
+dr_err dri_transport_listen(const char *host, int rank, int world_size,
+			    int *port)
 {
-	struct sockaddr_in6 a6;
-	struct sockaddr_in a4;
-	socklen_t len;
-	int fd, one = 1, v6 = 1;
+	int fds[DRI_NET_MAXFD], nfd, fd;
 	const char *spin;
+	dr_err err;
 
 	if (tp.on || tp.listen_fd >= 0)
 		return dri_fail(DR_EALREADY, "transport already started");
-	/* Dual-stack where we can, IPv4 otherwise. */
-	fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd >= 0) {
-		int zero = 0;
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-		memset(&a6, 0, sizeof(a6));
-		a6.sin6_family = AF_INET6;
-		a6.sin6_addr = in6addr_any;
-	} else {
-		v6 = 0;
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return dri_fail(DR_ESYS, "socket: %s", strerror(errno));
-		memset(&a4, 0, sizeof(a4));
-		a4.sin_family = AF_INET;
-		a4.sin_addr.s_addr = htonl(INADDR_ANY);
-	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	sock_tune(fd); /* accepted sockets inherit the buffer sizes */
-	if ((v6 ? bind(fd, (struct sockaddr *)&a6, sizeof(a6))
-		: bind(fd, (struct sockaddr *)&a4, sizeof(a4))) < 0 ||
-	    listen(fd, SOMAXCONN) < 0) {
+	err = dri_net_listen(host, 0, fds, &nfd);
+	if (err)
+		return dri_fail(err, "rank %d: transport: %s", rank,
+				dr_last_error());
+	fd = fds[0];
+	for (int k = 1; k < nfd; k++)
+		close(fds[k]); /* one address is all the peers are told */
+	/* accepted sockets inherit the buffer sizes */
+	if (sock_tune(fd) < 0) {
+		int e = errno;
 		close(fd);
-		return dri_fail(DR_ESYS, "listening socket: %s", strerror(errno));
+		return dri_fail(DR_ESYS, "rank %d: listening socket: %s", rank,
+				strerror(e));
 	}
-	len = v6 ? sizeof(a6) : sizeof(a4);
-	if (getsockname(fd, v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
-			&len) < 0) {
-		close(fd);
-		return dri_fail(DR_ESYS, "getsockname: %s", strerror(errno));
-	}
-	*port = ntohs(v6 ? a6.sin6_port : a4.sin_port);
+	*port = dri_net_port(fd);
 	tp.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (tp.wake_fd < 0) {
+		int e = errno;
 		close(fd);
-		return dri_fail(DR_ESYS, "eventfd: %s", strerror(errno));
+		return dri_fail(DR_ESYS, "eventfd: %s", strerror(e));
 	}
+	tp.reserve_fd = dri_net_reserve();
+	tp.pause_until = 0;
 	tp.listen_fd = fd;
 	tp.rank = rank;
 	tp.size = world_size;
@@ -358,7 +369,7 @@ dr_err dri_transport_listen(int rank, int world_size, int *port)
 	return DR_OK;
 }
 
-dr_err dri_transport_start(char **addrs, const uint8_t job_id[16])
+dr_err dri_transport_start(char **addrs, const uint8_t key[32])
 {
 	pthread_mutex_lock(&tp.mu);
 	tp.peers = calloc((size_t)tp.size, sizeof(*tp.peers));
@@ -369,7 +380,7 @@ dr_err dri_transport_start(char **addrs, const uint8_t job_id[16])
 	for (int i = 0; i < tp.size; i++)
 		tp.peers[i].fd = -1;
 	tp.addrs = addrs;
-	memcpy(tp.job, job_id, 16);
+	memcpy(tp.key, key, DRI_KEY_LEN);
 	tp.abort_err = DR_OK;
 	tp.abort_msg[0] = 0;
 	tp.on = 1;
@@ -407,7 +418,13 @@ static int connect_addr(const char *addr)
 	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		goto out;
-	sock_tune(fd);
+	if (sock_tune(fd) < 0) {
+		int e = errno;
+		close(fd);
+		fd = -1;
+		errno = e;
+		goto out;
+	}
 	do
 		rc = connect(fd, res->ai_addr, res->ai_addrlen);
 	while (rc < 0 && errno == EINTR);
@@ -711,10 +728,13 @@ static void start_connect(int i)
 	p->fd = connect_addr(tp.addrs[i]);
 	if (p->fd < 0) {
 		abort_locked(DR_EPEER, "rank %d: cannot connect to rank %d at "
-			     "%s: %s", tp.rank, i, tp.addrs[i], strerror(errno));
+			     "%s: %s%s", tp.rank, i, tp.addrs[i], strerror(errno),
+			     errno == EMFILE || errno == ENFILE ?
+			     " (the open file limit, ulimit -n, is too low)" : "");
 		return;
 	}
 	p->state = P_CONNECTING;
+	p->hs_got = 0;
 	wake_locked();
 }
 
@@ -731,16 +751,6 @@ static int peer_usable(int i, const char *what)
 	if (p->state == P_NONE)
 		start_connect(i);
 	return !tp.abort_err;
-}
-
-static void hs_encode(unsigned char *b)
-{
-	put32(b, HS_MAGIC);
-	put16(b + 4, DRI_WIRE_VERSION);
-	put16(b + 6, 0);
-	put32(b + 8, (uint32_t)tp.rank);
-	put32(b + 12, (uint32_t)tp.size);
-	memcpy(b + 16, tp.job, 16);
 }
 
 static void flush_peer(int i);
@@ -767,14 +777,52 @@ static void peer_lost(int i, const char *why)
 		     tp.rank, i, why);
 }
 
-/* Our connect() completed (or failed): send the handshake. */
+/* A read or write on peer i's socket failed with e. */
+static void peer_io_error(int i, int e)
+{
+	if (e == EBADF)
+		abort_locked(DR_EPEER, "rank %d: the socket to rank %d (fd %d) "
+			     "was closed under the transport", tp.rank, i,
+			     tp.peers[i].fd);
+	else
+		peer_lost(i, strerror(e));
+}
+
+/* Sends a handshake message whole (the socket is fresh: it fits). */
+static int hs_send(int fd, const void *b, size_t n)
+{
+	ssize_t k;
+
+	do
+		k = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (k < 0 && errno == EINTR);
+	return k == (ssize_t)n ? 0 : -1;
+}
+
+/* Our connection to peer i was closed before the handshake ended: the
+ * peer may have dropped it to make room (PENDING_MAX, or out of fds), so
+ * connect again, a bounded number of times. */
+static void hs_retry(int i, const char *why)
+{
+	struct peer *p = &tp.peers[i];
+
+	if (p->reconnects++ >= RECONNECT_MAX) {
+		peer_lost(i, why);
+		return;
+	}
+	close(p->fd);
+	p->fd = -1;
+	p->state = P_NONE;
+	start_connect(i);
+}
+
+/* Our connect() completed (or failed): send the HELLO. */
 static void on_connected(int i)
 {
 	struct peer *p = &tp.peers[i];
-	unsigned char b[HS_LEN];
 	int err = 0;
 	socklen_t el = sizeof(err);
-	ssize_t n;
+	dr_err e;
 
 	if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
 		err = errno;
@@ -784,15 +832,57 @@ static void on_connected(int i)
 			     strerror(err));
 		return;
 	}
-	hs_encode(b);
+	e = dri_hs_hello(&p->hs, DRI_HS_TRANSPORT, tp.rank, tp.size);
+	if (e) {
+		abort_locked(e, "rank %d: %s", tp.rank, dr_last_error());
+		return;
+	}
+	if (hs_send(p->fd, p->hs.hello, DRI_HS_HELLO) < 0) {
+		hs_retry(i, "handshake not sent");
+		return;
+	}
+	p->hs_got = 0;
+	p->state = P_HS_SENT;
+}
+
+/* Reads peer i's challenge; when whole, checks it and sends our proof. */
+static void on_challenge(int i)
+{
+	struct peer *p = &tp.peers[i];
+	unsigned char proof[DRI_HS_PROOF];
+	int srv;
+	ssize_t n;
+	dr_err e;
+
 	do
-		n = send(p->fd, b, sizeof(b), MSG_NOSIGNAL);
+		n = recv(p->fd, p->hsbuf + p->hs_got, DRI_HS_CHAL - p->hs_got, 0);
 	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(b)) {
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n <= 0) {
+		hs_retry(i, "closed during the handshake");
+		return;
+	}
+	p->hs_got += (size_t)n;
+	if (p->hs_got < DRI_HS_CHAL)
+		return;
+	e = dri_hs_answer(&p->hs, tp.key, p->hsbuf, &srv, proof);
+	if (e) {
+		abort_locked(e, "rank %d: rank %d at %s: %s", tp.rank, i,
+			     tp.addrs[i], dr_last_error());
+		return;
+	}
+	if (srv != i) {
+		abort_locked(DR_EPROTO, "rank %d: the process at %s (rank %d's "
+			     "address) says it is rank %d", tp.rank, tp.addrs[i],
+			     i, srv);
+		return;
+	}
+	if (hs_send(p->fd, proof, sizeof(proof)) < 0) {
 		peer_lost(i, "handshake not sent");
 		return;
 	}
-	p->state = P_HS_SENT;
+	p->state = P_HS_PROOF;
 }
 
 static void on_ack(int i)
@@ -820,13 +910,48 @@ static void on_ack(int i)
 	p->state = P_WAIT;
 }
 
+static void pending_close(int k)
+{
+	close(tp.pend[k].fd);
+	tp.pend[k].fd = -1;
+}
+
+/* Closes the pending connections marked -1, keeping the order. */
+static void pending_compact(void)
+{
+	int w = 0;
+
+	for (int k = 0; k < tp.npend; k++)
+		if (tp.pend[k].fd >= 0)
+			tp.pend[w++] = tp.pend[k];
+	tp.npend = w;
+}
+
 static void on_accept(void)
 {
 	for (;;) {
-		int fd = accept4(tp.listen_fd, NULL, NULL,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = dri_net_accept(tp.listen_fd, &tp.reserve_fd,
+					tp.npend > 0);
+		int one = 1;
+		if (fd == DRI_ACCEPT_FULL) {
+			pending_close(0); /* the oldest */
+			pending_compact();
+			continue;
+		}
+		if (fd == DRI_ACCEPT_DROPPED)
+			continue;
+		if (fd == DRI_ACCEPT_PAUSE) {
+			tp.pause_until = dri_now_ms() + PAUSE_MS;
+			return;
+		}
 		if (fd < 0)
-			return; /* EAGAIN, or a failed accept: try later */
+			return;
+		if (tp.npend >= PENDING_MAX) {
+			/* The oldest goes: a real peer answers at once, a
+			 * flood of idle connections only pushes itself out. */
+			pending_close(0);
+			pending_compact();
+		}
 		if (tp.npend == tp.cap_pend) {
 			int cap = tp.cap_pend ? 2 * tp.cap_pend : 16;
 			struct pending *np = realloc(tp.pend, cap * sizeof(*np));
@@ -837,41 +962,54 @@ static void on_accept(void)
 			tp.pend = np;
 			tp.cap_pend = cap;
 		}
-		int one = 1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		tp.pend[tp.npend].fd = fd;
-		tp.pend[tp.npend].got = 0;
+		if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one))) {
+			close(fd);
+			continue;
+		}
+		tp.pend[tp.npend] = (struct pending){
+			.fd = fd,
+			.deadline = dri_now_ms() + DRI_HS_MS,
+			.serial = tp.serial++,
+		};
 		tp.npend++;
 	}
 }
 
 /* Reads an incoming handshake; returns 1 when pending slot k is done
- * (kept or dropped). */
+ * (kept or dropped).  Nothing that has not proved the key gets more than
+ * the challenge. */
 static int on_pending(int k)
 {
 	struct pending *pe = &tp.pend[k];
+	size_t want = pe->proving ? DRI_HS_PROOF : DRI_HS_HELLO;
 	ssize_t n;
-	int r;
+	int r, size;
 	unsigned char ack;
 
 	do
-		n = recv(pe->fd, pe->buf + pe->got, HS_LEN - pe->got, 0);
+		n = recv(pe->fd, pe->buf + pe->got, want - pe->got, 0);
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
 	if (n <= 0)
 		goto drop;
 	pe->got += (size_t)n;
-	if (pe->got < HS_LEN)
+	if (pe->got < want)
 		return 0;
-	/* Anything but our own job's handshake is dropped silently. */
-	if (get32(pe->buf) != HS_MAGIC || get16(pe->buf + 4) != DRI_WIRE_VERSION ||
-	    (int)get32(pe->buf + 12) != tp.size ||
-	    memcmp(pe->buf + 16, tp.job, 16))
+	pe->got = 0;
+	if (!pe->proving) {
+		if (dri_hs_challenge(&pe->hs, tp.key, pe->buf, DRI_HS_TRANSPORT,
+				     tp.rank, &r, &size) ||
+		    size != tp.size || r < 0 || r >= tp.size || r == tp.rank ||
+		    hs_send(pe->fd, pe->hs.chal, DRI_HS_CHAL) < 0)
+			goto drop;
+		pe->rank = r;
+		pe->proving = 1;
+		return 0;
+	}
+	if (!dri_hs_verify(&pe->hs, tp.key, pe->buf))
 		goto drop;
-	r = (int)get32(pe->buf + 8);
-	if (r < 0 || r >= tp.size || r == tp.rank)
-		goto drop;
+	r = pe->rank;
 	struct peer *p = &tp.peers[r];
 	if (p->state == P_GONE || p->state == P_UP)
 		ack = 0;
@@ -879,7 +1017,7 @@ static int on_pending(int k)
 		ack = 1; /* the lower rank's connection wins */
 	else
 		ack = p->state == P_NONE || p->state == P_WAIT;
-	if (send(pe->fd, &ack, 1, MSG_NOSIGNAL) != 1 || !ack)
+	if (hs_send(pe->fd, &ack, 1) < 0 || !ack)
 		goto drop;
 	if (p->fd >= 0)
 		close(p->fd); /* our own, which lost */
@@ -937,9 +1075,10 @@ static void flush_peer(int i)
 				/* The peer may have said why before it went:
 				 * an ABORT frame waiting to be read names the
 				 * real cause. */
-				const char *why = strerror(errno);
-				on_readable(i);
-				peer_lost(i, why);
+				int e = errno;
+				if (e != EBADF)
+					on_readable(i);
+				peer_io_error(i, e);
 				return;
 			}
 			size_t h = DRI_WIRE_HDR - p->shdr_done;
@@ -1100,12 +1239,28 @@ out:
 	return DR_OK;
 }
 
+/* The most bytes one message of call id can carry: a rank sends a peer
+ * at most every rank's share of the call's count, of the widest dtype
+ * (all_gather's recursive doubling sends half of it), plus slack for the
+ * small fixed-size messages of barriers and agreements.  A length from
+ * the wire above it is a broken or hostile peer, never a buffer to
+ * allocate. */
+static uint64_t msg_len_max(const dri_msg_id *id)
+{
+	uint64_t per = ((uint64_t)tp.size + 1) * 8, c = id->count + 1;
+
+	if (id->count >= UINT64_MAX / per)
+		return UINT64_MAX;
+	return c * per + 65536;
+}
+
 /* A header arrived from peer i: decide where its payload goes. */
 static void on_header(int i)
 {
 	struct peer *p = &tp.peers[i];
 	dri_wire_hdr *h = &p->rx;
 	dri_req *r;
+	char what[256];
 
 	p->rx_req = NULL;
 	p->rx_msg = NULL;
@@ -1124,6 +1279,13 @@ static void on_header(int i)
 			return;
 		}
 		p->rx_dest = (unsigned char *)p->abort_text;
+		return;
+	}
+	if (h->len > msg_len_max(&h->id) || h->len > (uint64_t)SIZE_MAX / 2) {
+		dri_msg_id_describe(&h->id, what, sizeof(what));
+		abort_locked(DR_EPROTO, "rank %d: rank %d announced a %llu-byte "
+			     "message in %s: more than that call can send",
+			     tp.rank, i, (unsigned long long)h->len, what);
 		return;
 	}
 	for (r = tp.posted_head; r; r = r->next)
@@ -1325,7 +1487,7 @@ static void on_readable(int i)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (n < 0)
-			peer_lost(i, strerror(errno));
+			peer_io_error(i, errno);
 		else if (!p->rx_active && !p->rhdr_got)
 			peer_lost(i, "connection closed");
 		else
@@ -1342,6 +1504,7 @@ static int poll_once(int wait_ms)
 {
 	int n = 0, need = 2 + tp.npend + tp.size, parked = 0;
 	int rc;
+	int64_t now;
 
 	if (need > tp.cap_pfd) {
 		struct pollfd *np = realloc(tp.pfd, need * sizeof(*np));
@@ -1355,15 +1518,23 @@ static int poll_once(int wait_ms)
 		tp.pfd_who = nw;
 		tp.cap_pfd = need;
 	}
+	now = dri_now_ms();
 	tp.pfd[n] = (struct pollfd){ tp.wake_fd, POLLIN, 0 };
 	tp.pfd_who[n++] = -1;
-	if (tp.listen_fd >= 0) {
+	if (tp.listen_fd >= 0 && now >= tp.pause_until) {
 		tp.pfd[n] = (struct pollfd){ tp.listen_fd, POLLIN, 0 };
 		tp.pfd_who[n++] = -2;
+	} else if (tp.listen_fd >= 0 && wait_ms > tp.pause_until - now) {
+		wait_ms = (int)(tp.pause_until - now);
 	}
 	for (int k = 0; k < tp.npend; k++) {
+		int64_t left = tp.pend[k].deadline - now;
 		tp.pfd[n] = (struct pollfd){ tp.pend[k].fd, POLLIN, 0 };
 		tp.pfd_who[n++] = -3 - k;
+		if (left < 0)
+			left = 0;
+		if (wait_ms < 0 || left < wait_ms)
+			wait_ms = (int)left;
 	}
 	for (int i = 0; i < tp.size; i++) {
 		struct peer *p = &tp.peers[i];
@@ -1390,18 +1561,52 @@ static int poll_once(int wait_ms)
 		for (int i = 0; i < tp.size && !tp.abort_err; i++)
 			if (tp.peers[i].parked)
 				unpark(i, NULL); /* see PARK_MS */
-	if (rc > 0 && !tp.abort_err) {
-		int done_pend = 0;
+	if (rc >= 0 && !tp.abort_err) {
+		int done_pend = 0, accept = 0;
+		now = dri_now_ms();
 		for (int k = 0; k < n && !tp.abort_err; k++) {
 			short re = tp.pfd[k].revents;
 			int who = tp.pfd_who[k];
+			if (who <= -3 && !re && now >= tp.pend[-3 - who].deadline) {
+				/* too slow to prove the key: dropped */
+				pending_close(-3 - who);
+				done_pend = 1;
+				continue;
+			}
 			if (!re)
 				continue;
+			if (re & POLLNVAL) {
+				/* A descriptor of ours was closed under us (by
+				 * the program?): polling it again would spin. */
+				if (who >= 0) {
+					struct peer *p = &tp.peers[who];
+					p->fd = -1;
+					abort_locked(DR_EPEER, "rank %d: the socket "
+						     "to rank %d (fd %d) was closed "
+						     "under the transport", tp.rank,
+						     who, tp.pfd[k].fd);
+				} else if (who <= -3) {
+					tp.pend[-3 - who].fd = -1;
+					done_pend = 1;
+				} else {
+					if (who == -2)
+						tp.listen_fd = -1;
+					else
+						tp.wake_fd = -1;
+					abort_locked(DR_ESYS, "rank %d: the "
+						     "transport's %s (fd %d) was "
+						     "closed under it", tp.rank,
+						     who == -2 ? "listening socket" :
+						     "wake-up descriptor",
+						     tp.pfd[k].fd);
+				}
+				continue;
+			}
 			if (who == -1) {
 				uint64_t v;
 				(void)!read(tp.wake_fd, &v, sizeof(v));
 			} else if (who == -2) {
-				on_accept();
+				accept = 1; /* after the loop: it moves tp.pend */
 			} else if (who <= -3) {
 				int idx = -3 - who;
 				if (on_pending(idx)) {
@@ -1415,6 +1620,8 @@ static int poll_once(int wait_ms)
 				if (p->state == P_CONNECTING) {
 					on_connected(who);
 				} else if (p->state == P_HS_SENT) {
+					on_challenge(who);
+				} else if (p->state == P_HS_PROOF) {
 					on_ack(who);
 				} else if (p->state == P_UP) {
 					if (re & POLLOUT)
@@ -1427,13 +1634,10 @@ static int poll_once(int wait_ms)
 				}
 			}
 		}
-		if (done_pend) {
-			int w = 0;
-			for (int k = 0; k < tp.npend; k++)
-				if (tp.pend[k].fd >= 0)
-					tp.pend[w++] = tp.pend[k];
-			tp.npend = w;
-		}
+		if (done_pend)
+			pending_compact();
+		if (accept && !tp.abort_err)
+			on_accept();
 	}
 	pthread_cond_broadcast(&tp.cv);
 	return rc > 0 ? rc : 0;
@@ -1633,12 +1837,38 @@ dr_err dri_sendrecv(const dri_msg_id *id, int to, const void *sbuf, size_t slen,
 
 /* ------------------------------------------------------------- stop */
 
+/* Reads and drops what peer p sent and we did not read (up to a bound):
+ * closing a socket with unread data sends a reset, which can destroy the
+ * ABORT or BYE frame we sent before the peer reads it, and the peer would
+ * then blame a crash. */
+static void drain_peer(struct peer *p)
+{
+	char b[16384];
+	size_t total = 0;
+	ssize_t n;
+
+	if (p->fd < 0)
+		return;
+	while (total < ((size_t)4 << 20) &&
+	       (n = recv(p->fd, b, sizeof(b), MSG_DONTWAIT)) > 0)
+		total += (size_t)n;
+}
+
 void dri_transport_stop(void)
 {
 	int64_t deadline;
 
 	pthread_mutex_lock(&tp.mu);
 	if (!tp.on) {
+		/* Listening but never started (init failed in between): what
+		 * dri_transport_listen opened goes, so init can be retried. */
+		if (tp.listen_fd >= 0)
+			close(tp.listen_fd);
+		if (tp.wake_fd >= 0)
+			close(tp.wake_fd);
+		if (tp.reserve_fd >= 0)
+			close(tp.reserve_fd);
+		tp.listen_fd = tp.wake_fd = tp.reserve_fd = -1;
 		pthread_mutex_unlock(&tp.mu);
 		return;
 	}
@@ -1668,6 +1898,7 @@ void dri_transport_stop(void)
 			h.src = tp.rank;
 			send_frame_best_effort(p->fd, &h, NULL);
 		}
+		drain_peer(p);
 		close_peer(p);
 		p->state = P_GONE;
 	}
@@ -1676,6 +1907,9 @@ void dri_transport_stop(void)
 	tp.npend = 0;
 	fail_all_locked(DR_EABORTED);
 	pool_drain();
+	if (tp.reserve_fd >= 0)
+		close(tp.reserve_fd);
+	tp.reserve_fd = -1;
 	if (tp.listen_fd >= 0)
 		close(tp.listen_fd);
 	if (tp.wake_fd >= 0)

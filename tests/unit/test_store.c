@@ -1,21 +1,32 @@
 /*
  * test_store.c - the rendezvous store on its own: set/get/add, a GET that
  * waits for a later SET, timeouts that name the key, a server that goes
- * away, a client with nothing to connect to.
+ * away, a client with nothing to connect to; and what keeps strangers out
+ * (the key, a request without the handshake, idle connections, EMFILE)
+ * and a late reply to a GET that timed out.
  */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "auth.h"
 #include "dri.h"
 #include "runner.h"
 
 static dri_store_server *srv;
 static int port;
+static const uint8_t KEY[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 
 static int start(void)
 {
-	CHECK(dri_store_server_start("127.0.0.1", 0, &srv) == DR_OK);
+	CHECK(dri_store_server_start("127.0.0.1", 0, KEY, &srv) == DR_OK);
 	port = dri_store_server_port(srv);
 	CHECK(port > 0);
 	return 0;
@@ -29,7 +40,7 @@ static int test_set_get_add(void)
 	int64_t x;
 
 	CHECK(start() == 0);
-	CHECK(dri_store_connect("127.0.0.1", port, 5000, &c) == DR_OK);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
 	CHECK(dri_store_set(c, "addr/0", "10.0.0.1:5", 10) == DR_OK);
 	CHECK(dri_store_get(c, "addr/0", &v, &n, 1000) == DR_OK);
 	CHECK(n == 10 && !memcmp(v, "10.0.0.1:5", 10));
@@ -55,7 +66,7 @@ static void *later_set(void *arg)
 	dri_store *c;
 
 	(void)arg;
-	if (dri_store_connect("127.0.0.1", port, 5000, &c))
+	if (dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c))
 		return NULL;
 	/* The getter is parked on the server by now or soon: either way
 	 * it must get the value. */
@@ -72,7 +83,7 @@ static int test_get_waits_for_set(void)
 	size_t n;
 
 	CHECK(start() == 0);
-	CHECK(dri_store_connect("127.0.0.1", port, 5000, &c) == DR_OK);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
 	CHECK(pthread_create(&t, NULL, later_set, NULL) == 0);
 	CHECK(dri_store_get(c, "late", &v, &n, 20000) == DR_OK);
 	CHECK(n == 4 && !memcmp(v, "here", 4));
@@ -90,7 +101,7 @@ static int test_get_times_out_naming_key(void)
 	size_t n;
 
 	CHECK(start() == 0);
-	CHECK(dri_store_connect("127.0.0.1", port, 5000, &c) == DR_OK);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
 	CHECK(dri_store_get(c, "addr/7", &v, &n, 200) == DR_ETIMEDOUT);
 	CHECKF(strstr(dr_last_error(), "'addr/7'"), "%s", dr_last_error());
 	dri_store_close(c);
@@ -105,7 +116,7 @@ static int test_server_gone_is_an_error(void)
 	size_t n;
 
 	CHECK(start() == 0);
-	CHECK(dri_store_connect("127.0.0.1", port, 5000, &c) == DR_OK);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
 	dri_store_server_stop(srv);
 	dr_err e = dri_store_get(c, "x", &v, &n, 5000);
 	CHECKF(e == DR_ECONN, "%s: %s", dr_err_name(e), dr_last_error());
@@ -122,7 +133,7 @@ static int test_connect_retries_then_times_out(void)
 	CHECK(start() == 0);
 	p = port;
 	dri_store_server_stop(srv); /* nothing listens there now */
-	dr_err e = dri_store_connect("127.0.0.1", p, 300, &c);
+	dr_err e = dri_store_connect("127.0.0.1", p, KEY, 0, 300, &c);
 	CHECK(e == DR_ETIMEDOUT);
 	CHECKF(strstr(dr_last_error(), "cannot reach the store at 127.0.0.1"),
 	       "%s", dr_last_error());
@@ -134,8 +145,136 @@ static int test_port_taken(void)
 	dri_store_server *other;
 
 	CHECK(start() == 0);
-	CHECK(dri_store_server_start("127.0.0.1", port, &other) == DR_ECONN);
+	CHECK(dri_store_server_start("127.0.0.1", port, KEY, &other) == DR_ECONN);
 	CHECK(strstr(dr_last_error(), "cannot host the store"));
+	dri_store_server_stop(srv);
+	return 0;
+}
+
+/* A plain TCP connection to the store (no handshake); -1 on failure. */
+static int raw_connect(int p)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	a.sin_port = htons((uint16_t)p);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int test_wrong_key_is_refused(void)
+{
+	uint8_t other[32] = { 9, 9, 9 };
+	dri_store *c;
+
+	CHECK(start() == 0);
+	dr_err e = dri_store_connect("127.0.0.1", port, other, 1, 5000, &c);
+	CHECKF(e == DR_EAUTH, "%s: %s", dr_err_name(e), dr_last_error());
+	CHECKF(strstr(dr_last_error(), "does not have this job's key"), "%s",
+	       dr_last_error());
+	dri_store_server_stop(srv);
+	return 0;
+}
+
+static int test_unauthenticated_request_gets_nothing(void)
+{
+	/* A request of the old, unauthenticated protocol, padded to a
+	 * handshake's length: GET "job". */
+	unsigned char req[DRI_HS_HELLO] = { 6, 0, 0, 0, 2, 3, 0, 'j', 'o', 'b' };
+	dri_store *c;
+	char b[256];
+	int fd;
+
+	CHECK(start() == 0);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
+	CHECK(dri_store_set(c, "job", "secret-ish", 10) == DR_OK);
+	fd = raw_connect(port);
+	CHECK(fd >= 0);
+	CHECK(send(fd, req, sizeof(req), 0) == (ssize_t)sizeof(req));
+	/* closed without a byte of answer */
+	CHECK(recv(fd, b, sizeof(b), 0) <= 0);
+	close(fd);
+	dri_store_close(c);
+	dri_store_server_stop(srv);
+	return 0;
+}
+
+static int test_stale_reply_is_not_the_next_answer(void)
+{
+	dri_store *c, *d;
+	void *v;
+	size_t n;
+
+	CHECK(start() == 0);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 1, 5000, &d) == DR_OK);
+	CHECK(dri_store_get(c, "late", &v, &n, 100) == DR_ETIMEDOUT);
+	/* the parked GET is answered now, after its caller gave up */
+	CHECK(dri_store_set(d, "late", "old", 3) == DR_OK);
+	CHECK(dri_store_set(d, "next", "new", 3) == DR_OK);
+	CHECK(dri_store_get(c, "next", &v, &n, 5000) == DR_OK);
+	CHECKF(n == 3 && !memcmp(v, "new", 3), "got '%.*s'", (int)n, (char *)v);
+	free(v);
+	dri_store_close(c);
+	dri_store_close(d);
+	dri_store_server_stop(srv);
+	return 0;
+}
+
+static int test_idle_connections_do_not_lock_out_ranks(void)
+{
+	int fds[300], nfd = 0;
+	dri_store *c;
+	void *v;
+	size_t n;
+
+	CHECK(start() == 0);
+	/* More idle, never-handshaken connections than the store keeps:
+	 * the oldest are dropped, a real client still gets in. */
+	for (; nfd < 300; nfd++)
+		CHECK((fds[nfd] = raw_connect(port)) >= 0);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 20000, &c) == DR_OK);
+	CHECK(dri_store_set(c, "k", "v", 1) == DR_OK);
+	CHECK(dri_store_get(c, "k", &v, &n, 5000) == DR_OK && n == 1);
+	free(v);
+	for (int i = 0; i < nfd; i++)
+		close(fds[i]);
+	dri_store_close(c);
+	dri_store_server_stop(srv);
+	return 0;
+}
+
+static int test_out_of_fds_then_served(void)
+{
+	struct rlimit rl = { 64, 64 };
+	int fds[128], nfd = 0;
+	dri_store *c;
+	void *v;
+	size_t n;
+
+	CHECK(start() == 0);
+	CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	/* Client and server share the limit: fill it with idle
+	 * connections, so that the server's accept meets EMFILE. */
+	while (nfd < 128 && (fds[nfd] = raw_connect(port)) >= 0)
+		nfd++;
+	CHECK(nfd < 128);
+	usleep(200000); /* the store meets EMFILE meanwhile */
+	for (int i = 0; i < 16 && nfd; i++)
+		close(fds[--nfd]);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 20000, &c) == DR_OK);
+	CHECK(dri_store_set(c, "k", "v", 1) == DR_OK);
+	CHECK(dri_store_get(c, "k", &v, &n, 5000) == DR_OK && n == 1);
+	free(v);
+	while (nfd)
+		close(fds[--nfd]);
+	dri_store_close(c);
 	dri_store_server_stop(srv);
 	return 0;
 }
@@ -147,6 +286,11 @@ static const struct unit_test tests[] = {
 	UNIT(test_server_gone_is_an_error),
 	UNIT(test_connect_retries_then_times_out),
 	UNIT(test_port_taken),
+	UNIT(test_wrong_key_is_refused),
+	UNIT(test_unauthenticated_request_gets_nothing),
+	UNIT(test_stale_reply_is_not_the_next_answer),
+	UNIT(test_idle_connections_do_not_lock_out_ranks),
+	UNIT(test_out_of_fds_then_served),
 	{ 0 },
 };
 

@@ -1,0 +1,202 @@
+/*
+ * sec_victim.c - the job that tests/security.bats attacks.
+ *
+ *   wait DIR    after init, writes DIR/addrs ("store HOST PORT", then
+ *               "rank R HOST:PORT" per rank) and DIR/pid.R, then the last
+ *               rank waits for DIR/go while the others wait in dr_recv for
+ *               its message (polling their sockets, so attacks on them are
+ *               met at once).  Then p2p, all_reduce,
+ *               broadcast and a barrier with exact values; "rank R: ok"
+ *   init        init only: prints "init: NAME: message"
+ *   closefd     after a barrier, the last rank closes its connected
+ *               sockets under the runtime, then every rank calls a barrier
+ *               and prints its error
+ *   retry PORT  alone (no launcher): an init that fails after the
+ *               transport listens (world size 2, nobody else comes), then
+ *               an init of a 1-rank world that must work; checks that no
+ *               fd leaked
+ */
+#include <dirent.h>
+#include <distrun.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dri.h"
+
+static int rank, size;
+
+#define DIE(...)                                                             \
+	do {                                                                 \
+		fprintf(stderr, "rank %d: ", rank);                          \
+		fprintf(stderr, __VA_ARGS__);                                \
+		fputc('\n', stderr);                                         \
+		exit(1);                                                     \
+	} while (0)
+
+#define TRY(call)                                                            \
+	do {                                                                 \
+		dr_err e_ = (call);                                          \
+		if (e_)                                                      \
+			DIE("%s failed: %s: %s", #call, dr_err_name(e_),     \
+			    dr_last_error());                                \
+	} while (0)
+
+static void mode_wait(const char *dir)
+{
+	char path[512];
+	int32_t v[4], sum[4];
+	FILE *f;
+
+	if (rank == 0) {
+		snprintf(path, sizeof(path), "%s/addrs.tmp", dir);
+		f = fopen(path, "w");
+		if (!f)
+			DIE("cannot write %s", path);
+		fprintf(f, "store %s %s\n", getenv("MASTER_ADDR"),
+			getenv("MASTER_PORT"));
+		for (int r = 0; r < size; r++) {
+			char key[32];
+			void *a;
+			size_t len;
+			snprintf(key, sizeof(key), "addr/%d", r);
+			TRY(dri_store_get(dri_world_store(), key, &a, &len, 10000));
+			fprintf(f, "rank %d %s\n", r, (char *)a);
+			free(a);
+		}
+		fclose(f);
+		char final[512];
+		snprintf(final, sizeof(final), "%s/addrs", dir);
+		rename(path, final);
+	}
+	snprintf(path, sizeof(path), "%s/pid.%d", dir, rank);
+	f = fopen(path, "w");
+	if (!f)
+		DIE("cannot write %s", path);
+	fprintf(f, "%d\n", (int)getpid());
+	fclose(f);
+	if (rank == size - 1) {
+		snprintf(path, sizeof(path), "%s/go", dir);
+		for (int i = 0; access(path, F_OK); i++) {
+			if (i > 1200)
+				DIE("no %s after 120 s", path);
+			usleep(100000);
+		}
+		int32_t msg[4] = { 7, 8, 9, 10 };
+		for (int r = 0; r < size - 1; r++)
+			TRY(dr_send(msg, 4, DR_INT32, r, 5, NULL));
+	} else {
+		TRY(dr_recv(v, 4, DR_INT32, size - 1, 5, NULL, NULL));
+		if (v[0] != 7 || v[1] != 8 || v[2] != 9 || v[3] != 10)
+			DIE("received from rank %d: %d %d %d %d", size - 1, v[0],
+			    v[1], v[2], v[3]);
+	}
+	for (int i = 0; i < 4; i++)
+		sum[i] = rank + i;
+	TRY(dr_all_reduce(sum, 4, DR_INT32, DR_SUM, NULL, NULL));
+	for (int i = 0; i < 4; i++)
+		if (sum[i] != size * (size - 1) / 2 + size * i)
+			DIE("all_reduce: element %d is %d", i, sum[i]);
+	v[0] = rank == 0 ? 42 : -1;
+	TRY(dr_broadcast(v, 1, DR_INT32, 0, NULL, NULL));
+	if (v[0] != 42)
+		DIE("broadcast gave %d", v[0]);
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	TRY(dr_destroy_process_group());
+	printf("rank %d: ok\n", rank);
+}
+
+static void mode_closefd(void)
+{
+	dr_err e;
+
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	if (rank == size - 1) {
+		/* every connected socket: the ones to the peers and the store */
+		for (int fd = 3; fd < 1024; fd++) {
+			struct sockaddr_storage ss;
+			socklen_t len = sizeof(ss);
+			if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+				close(fd);
+		}
+	}
+	e = dr_barrier(NULL, NULL, NULL, 0);
+	printf("rank %d: barrier: %s: %s\n", rank, dr_err_name(e),
+	       e ? dr_last_error() : "");
+	exit(e ? 3 : 0);
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d)))
+		n += de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void mode_retry(const char *port)
+{
+	char url[64];
+	dr_init_options o = DR_INIT_OPTIONS_INIT;
+	int before = count_fds();
+	dr_err e;
+
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%s", port);
+	o.init_method = url;
+	o.rank = 0;
+	o.world_size = 2;
+	o.timeout_ms = 500;
+	e = dr_init_process_group_opts(&o);
+	printf("first init: %s: %s\n", dr_err_name(e), dr_last_error());
+	if (!e)
+		DIE("init of a world of 2 with one rank succeeded");
+	if (count_fds() != before)
+		DIE("the failed init left %d fds open", count_fds() - before);
+	o.world_size = 1;
+	o.timeout_ms = 20000;
+	e = dr_init_process_group_opts(&o);
+	printf("second init: %s: %s\n", dr_err_name(e), e ? dr_last_error() : "");
+	if (e)
+		exit(3);
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	TRY(dr_destroy_process_group());
+	if (count_fds() != before)
+		DIE("init and destroy left %d fds open", count_fds() - before);
+	printf("retry: ok\n");
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	dr_err e;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!strcmp(mode, "retry") && argc == 3) {
+		mode_retry(argv[2]);
+		return 0;
+	}
+	e = dr_init_process_group(NULL, NULL);
+	if (!strcmp(mode, "init")) {
+		printf("init: %s: %s\n", dr_err_name(e), e ? dr_last_error() : "");
+		return e ? 3 : 0;
+	}
+	if (e)
+		DIE("init: %s: %s", dr_err_name(e), dr_last_error());
+	rank = dr_get_rank();
+	size = dr_get_world_size();
+	if (!strcmp(mode, "wait") && argc == 3)
+		mode_wait(argv[2]);
+	else if (!strcmp(mode, "closefd"))
+		mode_closefd();
+	else
+		DIE("usage: sec_victim wait DIR | init | closefd | retry PORT");
+	return 0;
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/env bats
+# Who may talk to a job, and what hostile bytes cost it: an attacker
+# process (tests/c/attacker.c) against the store and the ranks' transport
+# ports, another user made for the test, an insider announcing 2^40 bytes,
+# floods of idle and half-sent connections, a low fd limit, a socket closed
+# under a rank, a failed init retried, IPv6 loopback.  The job under attack
+# is tests/c/sec_victim.c: it must finish with exact values.
+
+load common
+
+export DISTRUN_TIMEOUT=120s
+ATTACKER=$CTESTS/attacker
+VICTIM=$CTESTS/sec_victim
+
+setup() {
+	DIR=$(mktemp -d)
+	JOB_PID=
+	THEUSER=
+	FLOOD_PIDS=()
+}
+
+teardown() {
+	local p
+	for p in "${FLOOD_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	[ -z "$JOB_PID" ] || kill "$JOB_PID" 2>/dev/null || true
+	[ -z "$JOB_PID" ] || wait "$JOB_PID" 2>/dev/null || true
+	[ -z "$THEUSER" ] || userdel "$THEUSER" 2>/dev/null || true
+	rm -rf "$DIR"
+}
+
+# start_job N [DISTRUN-OPTION...]: the victim job in the background, waiting
+# for $DIR/go; returns when it has written its addresses.
+start_job() {
+	local n=$1; shift
+	"$DISTRUN" --timeout 200s "$@" -n "$n" "$VICTIM" wait "$DIR" \
+		>"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 60 test -s "$DIR/addrs" || { cat "$DIR/out"; return 1; }
+	for ((r = 0; r < n; r++)); do
+		wait_until 30 test -s "$DIR/pid.$r" || return 1
+	done
+	STORE_HOST=$(awk '$1 == "store" { print $2 }' "$DIR/addrs")
+	STORE_PORT=$(awk '$1 == "store" { print $3 }' "$DIR/addrs")
+}
+
+rank_addr() { awk -v r="$1" '$1 == "rank" && $2 == r { print $3 }' "$DIR/addrs"; }
+rank_pid() { cat "$DIR/pid.$1"; }
+
+# finish_job N: lets the job go on; it must finish with N exact ranks.
+finish_job() {
+	local n=$1 st=0
+	touch "$DIR/go"
+	wait "$JOB_PID" || st=$?
+	JOB_PID=
+	[ "$st" -eq 0 ] || { cat "$DIR/out"; return 1; }
+	[ "$(grep -c 'rank [0-9]*: ok$' "$DIR/out")" -eq "$n" ] || {
+		cat "$DIR/out"; return 1; }
+	! grep -q "666\|forged\|DR_E" "$DIR/out" || { cat "$DIR/out"; return 1; }
+}
+
+@test "an outsider reads no key, SETs and ADDs nothing in the store; the job completes" {
+	start_job 3
+	run "$ATTACKER" store "$STORE_HOST" "$STORE_PORT"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^refused:' <<<"$output")" -eq 7 ]
+	finish_job 3
+}
+
+@test "an outsider's forged ABORT and injected p2p data are dropped; the job completes" {
+	start_job 3
+	# ranks 0 and 1 wait in dr_recv from rank 2, polling their sockets
+	local r
+	for r in 0 1; do
+		ATTACK_WORLD=3 run "$ATTACKER" transport "$(rank_addr $r)"
+		echo "$output"
+		[ "$status" -eq 0 ]
+		[ "$(grep -c '^refused:' <<<"$output")" -eq 3 ]
+	done
+	finish_job 3
+}
+
+@test "a single-host job listens on loopback only (store and transport)" {
+	start_job 2
+	local pids="$(rank_pid 0)|$(rank_pid 1)"
+	run ss -Hltnp
+	local mine
+	mine=$(grep -E "pid=($pids)," <<<"$output")
+	echo "$mine"
+	# the store and one transport port per rank
+	[ "$(wc -l <<<"$mine")" -ge 3 ]
+	! awk '{ print $4 }' <<<"$mine" | grep -v '^127\.0\.0\.1:'
+	finish_job 2
+}
+
+@test "--master-addr ::1: the job runs over IPv6 loopback, listening there only" {
+	ip -6 addr show lo 2>/dev/null | grep -q '::1' || skip "no IPv6 loopback"
+	start_job 2 --master-addr ::1
+	grep -q '^rank 1 \[::1\]:' "$DIR/addrs" || { cat "$DIR/addrs"; return 1; }
+	local pids="$(rank_pid 0)|$(rank_pid 1)"
+	run ss -Hltnp
+	! grep -E "pid=($pids)," <<<"$output" | awk '{ print $4 }' | grep -v '^\[::1\]:'
+	finish_job 2
+}
+
+@test "another user can neither read DISTRUN_SECRET from /proc nor join" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to make a user"
+	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
+		skip "useradd or setpriv missing"
+	THEUSER=drsec$$
+	useradd -M -N -s /usr/sbin/nologin "$THEUSER" || skip "useradd failed"
+	local uid; uid=$(id -u "$THEUSER")
+	cp "$ATTACKER" "$DIR/attacker" && chmod 755 "$DIR" "$DIR/attacker"
+	start_job 2
+	local pid; pid=$(rank_pid 1)
+	# the owner sees it (so the next check can fail) ...
+	tr '\0' '\n' <"/proc/$pid/environ" | grep -q '^DISTRUN_SECRET=[0-9a-f]\{64\}$'
+	# ... the other user does not, nor in argv
+	run setpriv --reuid "$uid" --regid 65534 --clear-groups cat "/proc/$pid/environ"
+	[ "$status" -ne 0 ]
+	! grep -q DISTRUN_SECRET <<<"$output"
+	! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q DISTRUN_SECRET
+	run setpriv --reuid "$uid" --regid 65534 --clear-groups \
+		"$DIR/attacker" store "$STORE_HOST" "$STORE_PORT"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	ATTACK_WORLD=2 run setpriv --reuid "$uid" --regid 65534 --clear-groups \
+		"$DIR/attacker" transport "$(rank_addr 0)"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	finish_job 2
+}
+
+@test "distrun keeps the secret out of argv, the summary and the report" {
+	"$DISTRUN" --report "$DIR/report.json" -n 2 "$VICTIM" wait "$DIR" \
+		>"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 60 test -s "$DIR/pid.1"
+	local secret
+	secret=$(tr '\0' '\n' <"/proc/$(rank_pid 1)/environ" |
+		 sed -n 's/^DISTRUN_SECRET=//p')
+	[ "${#secret}" -eq 64 ]
+	! tr '\0' '\n' <"/proc/$JOB_PID/cmdline" | grep -q "$secret"
+	finish_job 2
+	[ -s "$DIR/report.json" ]
+	! grep -q "$secret" "$DIR/report.json" "$DIR/out"
+	# and a fresh one per job
+	"$DISTRUN" -n 1 "$TESTDATA/envdump" >"$DIR/env1" 2>&1 || true
+	! grep -q "$secret" "$DIR/env1"
+}
+
+@test "an insider announcing a 2^40-byte message gets DR_EPROTO, no allocation" {
+	run "$DISTRUN" --timeout 100s -n 2 sh -c \
+		'if [ "$RANK" = 0 ]; then exec "$0" giant; else exec "$1" init; fi' \
+		"$ATTACKER" "$VICTIM"
+	echo "$output"
+	grep -q '^\[1\] init: DR_EPROTO: .*rank 0 announced a 1099511627776-byte message' <<<"$output"
+}
+
+@test "idle and half-sent 60 MiB frames from outsiders cost a rank no memory" {
+	start_job 2
+	local pid0 rss0 rss1
+	pid0=$(rank_pid 0)
+	rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid0/status")
+	"$ATTACKER" flood "$STORE_HOST" "$STORE_PORT" 8 30 >"$DIR/f1" 2>&1 &
+	FLOOD_PIDS+=($!)
+	local a1=$(rank_addr 0)
+	"$ATTACKER" flood "${a1%:*}" "${a1##*:}" 300 0 >"$DIR/f2" 2>&1 &
+	FLOOD_PIDS+=($!)
+	wait_until 120 grep -q "connections open" "$DIR/f1"
+	wait_until 120 grep -q "connections open" "$DIR/f2"
+	cat "$DIR/f1" "$DIR/f2"
+	rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid0/status")
+	echo "rank 0 RSS: $rss0 kB before, $rss1 kB after"
+	[ "$rss1" -lt $((rss0 + 65536)) ]
+	finish_job 2
+}
+
+@test "a 64-fd limit and 300 idle connections: no EMFILE death, the job completes" {
+	# ranks start with 64 fds; the flood holds more than that open
+	(ulimit -n 64 && exec "$DISTRUN" --timeout 200s -n 2 "$VICTIM" wait "$DIR") \
+		>"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 60 test -s "$DIR/addrs" || { cat "$DIR/out"; return 1; }
+	STORE_HOST=$(awk '$1 == "store" { print $2 }' "$DIR/addrs")
+	STORE_PORT=$(awk '$1 == "store" { print $3 }' "$DIR/addrs")
+	"$ATTACKER" flood "$STORE_HOST" "$STORE_PORT" 300 0 >"$DIR/f1" 2>&1 &
+	FLOOD_PIDS+=($!)
+	local a1=$(rank_addr 0)
+	"$ATTACKER" flood "${a1%:*}" "${a1##*:}" 300 0 >"$DIR/f2" 2>&1 &
+	FLOOD_PIDS+=($!)
+	wait_until 120 grep -q "connections open" "$DIR/f1"
+	wait_until 120 grep -q "connections open" "$DIR/f2"
+	finish_job 2
+}
+
+@test "a socket closed under a rank gives DR_EPEER at once, not a spin to the timeout" {
+	DISTRUN_TIMEOUT=100s run "$DISTRUN" --timeout 150s -n 2 "$VICTIM" closefd
+	echo "$output"
+	grep -q '^\[1\] rank 1: barrier: DR_EPEER: .*closed under the transport' <<<"$output"
+}
+
+@test "an init that failed after listening can be retried, and leaks no fd" {
+	local port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	run "$VICTIM" retry "$port"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^retry: ok$' <<<"$output"
+}
+
+@test "ranks of another launcher agree through the per-user key file (0600 in 0700)" {
+	XDG_CONFIG_HOME=$DIR/cfg run "$SRCDIR/tests/envrun" 3 "$VICTIM" init
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'init: DR_OK' <<<"$output")" -eq 3 ]
+	[ "$(stat -c %a "$DIR/cfg/distrun")" = 700 ]
+	[ "$(stat -c %a "$DIR/cfg/distrun/secret")" = 600 ]
+}
+
+@test "DISTRUN_SECRET_FILE readable by others is refused, naming the file" {
+	printf '%064d\n' 7 >"$DIR/secret"
+	chmod 644 "$DIR/secret"
+	DISTRUN_SECRET_FILE=$DIR/secret run "$SRCDIR/tests/envrun" 2 "$VICTIM" init
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q "init: DR_EENV: DISTRUN_SECRET_FILE $DIR/secret has mode 0644" <<<"$output"
+	chmod 600 "$DIR/secret"
+	DISTRUN_SECRET_FILE=$DIR/secret run "$SRCDIR/tests/envrun" 2 "$VICTIM" init
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+}
+
+@test "ranks with different secrets fail with DR_EAUTH, naming the cause" {
+	local port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2
+	DISTRUN_TIMEOUT=20s RANK=0 DISTRUN_SECRET=$(printf '%064d' 1) \
+		"$VICTIM" init >"$DIR/r0" 2>&1 &
+	local p0=$!
+	DISTRUN_TIMEOUT=20s RANK=1 DISTRUN_SECRET=$(printf '%064d' 2) run "$VICTIM" init
+	echo "$output"
+	kill "$p0" 2>/dev/null || true
+	wait "$p0" || true
+	grep -q "init: DR_EAUTH: .*does not have this job's key" <<<"$output"
+}
+
+@test "DISTRUN_AUTH=none runs unauthenticated when the user says so" {
+	DISTRUN_AUTH=none run "$SRCDIR/tests/envrun" 2 "$VICTIM" init
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(grep -c 'init: DR_OK' <<<"$output")" -eq 2 ]
+}
