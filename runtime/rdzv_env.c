@@ -272,6 +272,10 @@ static dr_err private_dir(char *buf, size_t size)
 	const char *xdg = env("XDG_RUNTIME_DIR");
 	struct stat st;
 
+	/* A session without one (ssh, a batch node) may still inherit the
+	 * variable: fall back to /tmp rather than fail. */
+	if (xdg && (stat(xdg, &st) < 0 || !S_ISDIR(st.st_mode)))
+		xdg = NULL;
 	if (xdg)
 		snprintf(buf, size, "%s/distrun", xdg);
 	else

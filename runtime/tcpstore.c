@@ -192,7 +192,8 @@ static int recv_by(int fd, void *buf, size_t len, int64_t deadline)
 }
 
 /* One non-blocking connection attempt to any address of host:port, bounded
- * by deadline; the socket stays non-blocking.  -1 with errno on failure. */
+ * by deadline; the socket stays non-blocking.  -1 with errno on failure,
+ * -2 (message set) if host does not resolve. */
 static int dial(const char *host, int port, int64_t deadline)
 {
 	struct addrinfo hints = { 0 }, *res = NULL, *ai;
@@ -203,8 +204,9 @@ static int dial(const char *host, int port, int64_t deadline)
 	snprintf(serv, sizeof(serv), "%d", port);
 	rc = getaddrinfo(host, serv, &hints, &res);
 	if (rc) {
-		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
-		return -1;
+		dri_fail(DR_ECONN, "cannot resolve '%s': %s", host,
+			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -2;
 	}
 	for (ai = res; ai; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
@@ -244,6 +246,11 @@ static dr_err dial_retry(dri_tcpstore *ts, const char *host, int port,
 		ts->fd = dial(host, port, deadline);
 		if (ts->fd >= 0)
 			return DR_OK;
+		if (ts->fd == -2) {
+			ts->fd = -1;
+			return dri_fail(DR_ECONN, "torch TCPStore at %s: %s",
+					ts->where, dr_last_error());
+		}
 		if (dri_now_ms() >= deadline)
 			return dri_fail(DR_ECONN, "torch TCPStore at %s: cannot "
 					"connect: %s", ts->where, strerror(errno));

@@ -116,6 +116,18 @@ no_leftover() {
 	done
 }
 
+@test "torchrun --standalone (no agent store: rank 0 serves ours at MASTER_PORT)" {
+	require_torch
+	"$TORCH_PYTHON" -m torch.distributed.run --standalone --nproc_per_node 3 \
+		--redirects 1 --tee 1 --log_dir "$BATS_TEST_TMPDIR/torchrun" \
+		--no_python "$CTESTS/rdzv_check" >"$BATS_TEST_TMPDIR/out" 2>&1 ||
+		{ cat "$BATS_TEST_TMPDIR/out"; return 1; }
+	for r in 0 1 2; do
+		grep -q "^\[default$r\]:rank $r of 3: ok (launcher torchrun or distrun)" \
+			"$BATS_TEST_TMPDIR/out" || { cat "$BATS_TEST_TMPDIR/out"; return 1; }
+	done
+}
+
 @test "torch 1.13's TCPStore: our keys go under our prefix, torch's own are untouched" {
 	require_torch
 	port=$(free_port)
