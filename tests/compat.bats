@@ -204,6 +204,17 @@ while True: c.append(s.accept()[0])' "$port" &
 	no_leftover
 }
 
+@test "mpirun with a fresh home: the ranks make one per-user secret and agree on it" {
+	command -v mpirun >/dev/null || skip "Open MPI is not installed"
+	home=$BATS_TEST_TMPDIR/home
+	mkdir "$home"
+	HOME=$home XDG_CONFIG_HOME= DISTRUN_SECRET= DISTRUN_SECRET_FILE= \
+		timeout 300 mpirun --oversubscribe -n 4 "$CTESTS/rdzv_check" \
+		>"$BATS_TEST_TMPDIR/out" 2>&1 || { cat "$BATS_TEST_TMPDIR/out"; return 1; }
+	all_ok "$BATS_TEST_TMPDIR/out" 4 "Open MPI"
+	[ "$(stat -c %a "$home/.config/distrun/secret")" = 600 ]
+}
+
 @test "mpirun with file:// meets through the named file, then removes it" {
 	command -v mpirun >/dev/null || skip "Open MPI is not installed"
 	f=$BATS_TEST_TMPDIR/rdzv
