@@ -270,6 +270,10 @@ static dr_err detect(dri_tcpstore *ts, const char *host, int port,
 	if (!rc)
 		rc = recv_by(ts->fd, reply, sizeof(reply), deadline);
 	if (!rc) {
+		/* Four key counts; anything else is not a TCPStore talking. */
+		for (int i = 0; i < 4; i++)
+			if (get_u64(reply + 8 * i) >= (1ull << 40))
+				goto foreign;
 		ts->dialect = DRI_TCPSTORE_V2;
 		return DR_OK;
 	}
@@ -290,6 +294,7 @@ static dr_err detect(dri_tcpstore *ts, const char *host, int port,
 	}
 	if (rc == -2)
 		goto silent;
+foreign:
 	return dri_fail(DR_EPROTO, "%s (MASTER_ADDR:MASTER_PORT, where "
 			"TORCHELASTIC_USE_AGENT_STORE=True says torchrun's agent "
 			"serves a TCPStore) answers neither torch 2.x's nor 1.x's "

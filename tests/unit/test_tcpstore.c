@@ -109,7 +109,7 @@ static int test_v1_framing(void)
 
 /* ------------------------------------------------- servers to talk to */
 
-enum { SPEAK_V2, SPEAK_V1, SILENT, HUGE_VALUE };
+enum { SPEAK_V2, SPEAK_V1, SILENT, HUGE_VALUE, JUNK };
 
 struct server {
 	int kind, lfd, port;
@@ -239,7 +239,14 @@ static void *server_main(void *arg)
 	int fd;
 
 	while ((fd = accept(s->lfd, NULL, NULL)) >= 0) {
-		if (s->kind == SILENT) {
+		if (s->kind == JUNK) {
+			/* Answers anything with text, as a web server would. */
+			static const char page[] = "HTTP/1.0 400 Bad Request\r\n"
+				"Content-Length: 0\r\n\r\n";
+			char junk[64];
+			recv(fd, junk, sizeof(junk), 0);
+			send(fd, page, sizeof(page) - 1, MSG_NOSIGNAL);
+		} else if (s->kind == SILENT) {
 			char junk[64];
 			while (recv(fd, junk, sizeof(junk), 0) > 0)
 				;
@@ -329,6 +336,19 @@ static int test_silent_server_times_out(void)
 	return 0;
 }
 
+static int test_other_protocol_is_named(void)
+{
+	struct server s;
+	dri_tcpstore *ts;
+
+	CHECK(start(&s, JUNK) == 0);
+	CHECK(dri_tcpstore_connect("127.0.0.1", s.port, "p/", 5000, &ts) ==
+	      DR_EPROTO);
+	CHECKF(strstr(dr_last_error(), "answers neither torch 2.x's nor 1.x's"),
+	       "%s", dr_last_error());
+	return 0;
+}
+
 static int test_huge_length_is_refused(void)
 {
 	struct server s;
@@ -370,6 +390,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_v2_server),
 	UNIT(test_v1_server),
 	UNIT(test_silent_server_times_out),
+	UNIT(test_other_protocol_is_named),
 	UNIT(test_huge_length_is_refused),
 	UNIT(test_nothing_listening),
 	{ 0 }
