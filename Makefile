@@ -193,10 +193,11 @@ $(B)/gpu/%: tests/gpu/%.cu $(LIB_A)
 
 # --- tests ---------------------------------------------------------------
 # Under TSAN only the suites with threads run (runtime, collectives,
-# transport and the unit tests): the launcher is single-threaded and its
-# suites under TSAN would only be slower.
+# transport, cuda's staging on the fake driver, and the unit tests): the
+# launcher is single-threaded and its suites under TSAN would only be slower.
 ifeq ($(TSAN),1)
-TEST_SUITES ?= tests/runtime.bats tests/collectives.bats tests/transport.bats
+TEST_SUITES ?= tests/runtime.bats tests/collectives.bats tests/transport.bats \
+	       tests/cuda.bats
 else
 TEST_SUITES ?= tests
 endif
