@@ -130,17 +130,18 @@ fake_nvidia_smi() {
 	grep -q "^bench-gpu: skipped, " "$out/summary.log"
 }
 
-@test "on a strict fake driver every collective on device buffers matches host buffers, n=2" {
-	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" "$DISTRUN" --timeout 120s -n 2 "$CTESTS/cuda_colls"
+@test "on a strict fake driver, with copies that take time, every collective on device buffers matches host buffers, n=2" {
+	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" FAKE_CUDA_DELAY_MS=3 \
+		"$DISTRUN" --timeout 240s -n 2 "$CTESTS/cuda_colls"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"[0] rank 0: 56 passed, 0 failed"* ]]
 	[[ "$output" == *"[1] rank 1: 56 passed, 0 failed"* ]]
 }
 
-@test "on a strict fake driver, cut in many chunks, n=3 on two devices, with copies that take time, they still match" {
+@test "on a strict fake driver, cut in many chunks, n=3 on two devices, they still match" {
 	run env DISTRUN_CUDA_LIB="$FAKE_CUDA" DISTRUN_CUDA_CHUNK=65536 \
-		FAKE_CUDA_DEVICES=2 FAKE_CUDA_DELAY_MS=1 \
-		"$DISTRUN" --timeout 120s -n 3 "$CTESTS/cuda_colls"
+		FAKE_CUDA_DEVICES=2 \
+		"$DISTRUN" --timeout 240s -n 3 "$CTESTS/cuda_colls"
 	[ "$status" -eq 0 ]
 	for r in 0 1 2; do
 		[[ "$output" == *"[$r] rank $r: 56 passed, 0 failed"* ]]
