@@ -1,0 +1,841 @@
+/*
+ * nodes.c - the launchers of a multi-node job, connected to node 0's.
+ *
+ * nodes.h says what happens; this file owns the sockets.  The hub runs a
+ * small poll loop while the nodes join: every connection must finish the
+ * handshake within DRI_HS_MS and send its JOIN before the join deadline,
+ * at most PENDING_MAX unauthenticated connections are held at once, and a
+ * connection that breaks a rule is closed without an answer.  After the
+ * join the listener is closed: a node cannot join a job that has started.
+ * Frames are small and rare (join, start, fail, end, stop, bye), so they
+ * are read whole with a short deadline once poll says one is coming.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "nodes.h"
+
+#define PENDING_MAX 64
+#define FRAME_MS 5000
+
+enum { C_HELLO, C_PROOF, C_JOIN, C_UP, C_ENDED, C_CLOSED };
+
+struct conn {
+	int fd;
+	int state;
+	int node;               /* claimed in the handshake, checked at JOIN */
+	double deadline;
+	dri_hs hs;
+	unsigned char buf[DRI_HS_HELLO + DRI_HS_CHAL];
+	size_t have;
+};
+
+struct nodes {
+	bool hub;
+	int nnodes, node_rank;
+	uint8_t key[DRI_KEY_LEN];
+	int hub_fd;             /* spoke: the connection to the hub */
+	struct conn *node;      /* hub: per node rank (0 unused) */
+	int *nproc;
+	/* The first failure anywhere (hub), or the stop we were told of. */
+	bool failed;
+	int fail_node, fail_rank, fail_status;
+	char fail_desc[160];
+	int final_status;       /* spoke: from the hub's bye */
+	bool got_bye;
+};
+
+static double mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int ms_left(double deadline)
+{
+	double left = deadline - mono();
+
+	if (left <= 0)
+		return 0;
+	return left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+}
+
+/* Reads or writes exactly n bytes before the deadline: 0, or -1 (errno
+ * ETIMEDOUT, EPIPE for EOF, or the socket's). */
+static int io_full(int fd, void *p, size_t n, double deadline, bool wr)
+{
+	unsigned char *b = p;
+
+	while (n) {
+		struct pollfd pfd = { fd, wr ? POLLOUT : POLLIN, 0 };
+		ssize_t k;
+		int rc = poll(&pfd, 1, ms_left(deadline));
+
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0)
+			return -1;
+		if (rc == 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+		if (k < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0) {
+			errno = EPIPE;
+			return -1;
+		}
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int send_frame(int fd, json_t *msg)
+{
+	char *s = json_dumps(msg, JSON_COMPACT);
+	unsigned char len[4];
+	size_t n;
+	int rc = -1;
+
+	json_decref(msg);
+	if (!s)
+		return -1;
+	n = strlen(s);
+	if (n <= NODES_FRAME_MAX) {
+		double dl = mono() + FRAME_MS / 1000.0;
+
+		len[0] = (unsigned char)(n >> 24);
+		len[1] = (unsigned char)(n >> 16);
+		len[2] = (unsigned char)(n >> 8);
+		len[3] = (unsigned char)n;
+		rc = io_full(fd, len, 4, dl, true) ||
+		     io_full(fd, s, n, dl, true) ? -1 : 0;
+	}
+	free(s);
+	return rc;
+}
+
+/* A frame's JSON object, or NULL (EOF, timeout, oversized, not JSON). */
+static json_t *recv_frame(int fd, double deadline)
+{
+	unsigned char len[4];
+	size_t n;
+	char *s;
+	json_t *j;
+
+	if (io_full(fd, len, 4, deadline, false))
+		return NULL;
+	n = (size_t)len[0] << 24 | (size_t)len[1] << 16 | (size_t)len[2] << 8 |
+	    len[3];
+	if (n == 0 || n > NODES_FRAME_MAX)
+		return NULL;
+	s = malloc(n);
+	if (!s)
+		return NULL;
+	if (io_full(fd, s, n, deadline, false)) {
+		free(s);
+		return NULL;
+	}
+	j = json_loadb(s, n, 0, NULL);
+	free(s);
+	if (j && !json_is_object(j)) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+
+	return s ? s : "";
+}
+
+static int jint(json_t *o, const char *k, int dflt)
+{
+	json_t *v = json_object_get(o, k);
+
+	return json_is_integer(v) ? (int)json_integer_value(v) : dflt;
+}
+
+static void hex(const uint8_t *p, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", p[i]);
+}
+
+static int unhex(const char *s, uint8_t *out, size_t n)
+{
+	if (strlen(s) != 2 * n)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+
+		if (sscanf(s + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+static int tcp_socket(int family)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+
+	if (fd >= 0 &&
+	    (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+	     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int hub_listen(const char *addr, int port)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai, *a;
+	char ps[16];
+	int fd = -1, rc, err = 0;
+
+	snprintf(ps, sizeof(ps), "%d", port);
+	rc = getaddrinfo(addr, ps, &hints, &ai);
+	if (rc) {
+		fprintf(stderr, "distrun: --master-addr %s: %s\n", addr,
+			gai_strerror(rc));
+		return -1;
+	}
+	for (a = ai; a; a = a->ai_next) {
+		fd = tcp_socket(a->ai_family);
+		if (fd < 0)
+			continue;
+		if (!bind(fd, a->ai_addr, a->ai_addrlen) && !listen(fd, 128))
+			break;
+		err = errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		fprintf(stderr, "distrun: node 0 cannot listen on %s:%d: %s%s\n",
+			addr, port, strerror(err),
+			err == EADDRNOTAVAIL ? " (is --master-addr an address "
+			"of this host?)" : err == EADDRINUSE ? " (another job "
+			"uses that --master-port?)" : "");
+	return fd;
+}
+
+/* One try at connecting: the fd, or -1 with errno. */
+static int try_connect(const char *addr, int port, double deadline)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai, *a;
+	char ps[16];
+	int fd = -1, err = ECONNREFUSED;
+
+	snprintf(ps, sizeof(ps), "%d", port);
+	if (getaddrinfo(addr, ps, &hints, &ai)) {
+		errno = EHOSTUNREACH;
+		return -1;
+	}
+	for (a = ai; a && fd < 0; a = a->ai_next) {
+		struct pollfd pfd;
+		socklen_t sl = sizeof(err);
+
+		fd = tcp_socket(a->ai_family);
+		if (fd < 0)
+			continue;
+		fcntl(fd, F_SETFL, O_NONBLOCK);
+		if (connect(fd, a->ai_addr, a->ai_addrlen) && errno !=
+		    EINPROGRESS) {
+			err = errno;
+			goto next;
+		}
+		pfd = (struct pollfd){ fd, POLLOUT, 0 };
+		if (poll(&pfd, 1, ms_left(deadline)) != 1 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) || err) {
+			if (!err)
+				err = ETIMEDOUT;
+			goto next;
+		}
+		fcntl(fd, F_SETFL, 0);
+		break;
+next:
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		errno = err;
+	return fd;
+}
+
+static int key_for(const struct node_plan *p, uint8_t key[DRI_KEY_LEN],
+		   char *run_id, size_t n)
+{
+	char ident[160];
+
+	if (p->run_id && *p->run_id)
+		snprintf(run_id, n, "%s", p->run_id);
+	else
+		snprintf(run_id, n, "%s:%d", p->master_addr, p->port);
+	snprintf(ident, sizeof(ident), "distrun nodes %s %d", run_id,
+		 p->nnodes);
+	if (dri_auth_store_key(ident, key)) {
+		fprintf(stderr, "distrun: %s\n", dr_last_error());
+		return -1;
+	}
+	return 0;
+}
+
+static void derive_secret(const uint8_t key[DRI_KEY_LEN], const uint8_t
+			  nonce[16], char out[65])
+{
+	uint8_t s[32];
+	dri_hmac_ctx c;
+
+	dri_hmac_init(&c, key, DRI_KEY_LEN);
+	dri_hmac_update(&c, "distrun job secret", 18);
+	dri_hmac_update(&c, nonce, 16);
+	dri_hmac_final(&c, s);
+	hex(s, sizeof(s), out);
+}
+
+/* ---------------------------------------------------------- the hub */
+
+static void conn_close(struct conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->state = C_CLOSED;
+}
+
+/* Moves one pending connection along; returns 1 when it has joined. */
+static int pending_step(struct nodes *nd, struct conn *c, double join_dl)
+{
+	size_t want = c->state == C_HELLO ? DRI_HS_HELLO : DRI_HS_PROOF;
+	ssize_t k;
+
+	if (c->state == C_JOIN) {
+		json_t *j = recv_frame(c->fd, join_dl);
+		int node = j ? jint(j, "node", -1) : -1;
+		int nproc = j ? jint(j, "nproc", 0) : 0;
+
+		if (!j || node != c->node || nproc < 1 || nproc > 4096 ||
+		    strcmp(jstr(j, "t"), "join")) {
+			json_decref(j);
+			conn_close(c);
+			return 0;
+		}
+		json_decref(j);
+		if (nd->node[node].fd >= 0) {
+			send_frame(c->fd, json_pack("{s:s,s:s}", "t", "error",
+				   "error", "that node rank has joined already"));
+			fprintf(stderr, "distrun: a second node %d tried to "
+				"join; refused\n", node);
+			conn_close(c);
+			return 0;
+		}
+		nd->node[node] = *c;
+		nd->node[node].state = C_UP;
+		nd->nproc[node] = nproc;
+		c->fd = -1;
+		c->state = C_CLOSED;
+		return 1;
+	}
+	k = recv(c->fd, c->buf + c->have, want - c->have, MSG_DONTWAIT);
+	if (k <= 0) {
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		conn_close(c);
+		return 0;
+	}
+	c->have += (size_t)k;
+	if (c->have < want)
+		return 0;
+	c->have = 0;
+	if (c->state == C_HELLO) {
+		int rank, size;
+
+		if (dri_hs_challenge(&c->hs, nd->key, c->buf, DRI_HS_STORE, 0,
+				     &rank, &size) || size != nd->nnodes ||
+		    rank < 1 || rank >= nd->nnodes ||
+		    io_full(c->fd, c->hs.chal, DRI_HS_CHAL, c->deadline, true)) {
+			conn_close(c);
+			return 0;
+		}
+		c->node = rank;
+		c->state = C_PROOF;
+		return 0;
+	}
+	if (!dri_hs_verify(&c->hs, nd->key, c->buf)) {
+		conn_close(c);
+		return 0;
+	}
+	c->state = C_JOIN;
+	return 0;
+}
+
+static int hub_join(struct nodes *nd, const struct node_plan *p)
+{
+	struct conn pend[PENDING_MAX];
+	double join_dl = mono() + p->timeout;
+	int lfd = hub_listen(p->master_addr, p->port);
+	int joined = 1;
+
+	if (lfd < 0)
+		return -1;
+	for (int i = 0; i < PENDING_MAX; i++)
+		pend[i] = (struct conn){ .fd = -1, .state = C_CLOSED };
+	while (joined < nd->nnodes) {
+		struct pollfd pfd[PENDING_MAX + 1];
+		int idx[PENDING_MAX + 1], np = 0, rc;
+		double now = mono(), next = join_dl;
+
+		if (now >= join_dl)
+			break;
+		pfd[np++] = (struct pollfd){ lfd, POLLIN, 0 };
+		for (int i = 0; i < PENDING_MAX; i++) {
+			if (pend[i].state == C_CLOSED)
+				continue;
+			if (pend[i].state != C_JOIN && now >= pend[i].deadline) {
+				conn_close(&pend[i]);
+				continue;
+			}
+			if (pend[i].state != C_JOIN && pend[i].deadline < next)
+				next = pend[i].deadline;
+			idx[np] = i;
+			pfd[np++] = (struct pollfd){ pend[i].fd, POLLIN, 0 };
+		}
+		rc = poll(pfd, np, ms_left(next));
+		if (rc < 0 && errno != EINTR)
+			break;
+		if (rc <= 0)
+			continue;
+		if (pfd[0].revents) {
+			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+			int slot = -1;
+
+			for (int i = 0; fd >= 0 && i < PENDING_MAX; i++)
+				if (pend[i].state == C_CLOSED) {
+					slot = i;
+					break;
+				}
+			if (fd >= 0 && slot < 0)
+				close(fd);
+			else if (fd >= 0)
+				pend[slot] = (struct conn){
+					.fd = fd, .state = C_HELLO,
+					.deadline = mono() + DRI_HS_MS / 1000.0 };
+			else if (errno == EMFILE || errno == ENFILE)
+				poll(NULL, 0, 100); /* no spin at the fd limit */
+		}
+		for (int k = 1; k < np; k++)
+			if (pfd[k].revents)
+				joined += pending_step(nd, &pend[idx[k]], join_dl);
+	}
+	close(lfd);
+	for (int i = 0; i < PENDING_MAX; i++)
+		conn_close(&pend[i]);
+	if (joined < nd->nnodes) {
+		char miss[256] = "";
+
+		for (int k = 1; k < nd->nnodes && strlen(miss) < 200; k++)
+			if (nd->node[k].fd < 0)
+				snprintf(miss + strlen(miss), sizeof(miss) -
+					 strlen(miss), "%s%d", *miss ? "," : "",
+					 k);
+		fprintf(stderr, "distrun: %d of %d nodes joined within %.0fs; "
+			"missing node %s (are they started with the same "
+			"--master-addr, --master-port, --nnodes and secret?)\n",
+			joined, nd->nnodes, p->timeout, miss);
+		return -1;
+	}
+	return 0;
+}
+
+static int hub_start(struct nodes *nd, const struct node_plan *p,
+		     struct node_start *st)
+{
+	uint8_t nonce[16];
+	char nonce_hex[33];
+	int offset = 0;
+
+	if (dri_random(nonce, sizeof(nonce))) {
+		fprintf(stderr, "distrun: %s\n", dr_last_error());
+		return -1;
+	}
+	hex(nonce, sizeof(nonce), nonce_hex);
+	nd->nproc[0] = p->nproc;
+	for (int k = 0; k < nd->nnodes; k++)
+		offset += nd->nproc[k];
+	st->world_size = offset;
+	offset = 0;
+	for (int k = 0; k < nd->nnodes; k++) {
+		if (k > 0 && send_frame(nd->node[k].fd, json_pack(
+			    "{s:s,s:i,s:i,s:i,s:i,s:s,s:s}", "t", "start",
+			    "world", st->world_size, "offset", offset,
+			    "nnodes", nd->nnodes, "master_port", p->rank_port,
+			    "nonce", nonce_hex, "run_id", st->run_id))) {
+			fprintf(stderr, "distrun: lost node %d while starting\n",
+				k);
+			return -1;
+		}
+		offset += nd->nproc[k];
+	}
+	st->rank_offset = 0;
+	st->master_port = p->rank_port;
+	derive_secret(nd->key, nonce, st->secret_hex);
+	return 0;
+}
+
+/* ------------------------------------------------------- the spokes */
+
+static int spoke_join(struct nodes *nd, const struct node_plan *p,
+		      struct node_start *st)
+{
+	double dl = mono() + p->timeout;
+	unsigned char chal[DRI_HS_CHAL], proof[DRI_HS_PROOF];
+	dri_hs hs;
+	uint8_t nonce[16];
+	json_t *j;
+	int fd = -1, srv, err = 0;
+
+	while (mono() < dl) {
+		fd = try_connect(p->master_addr, p->port, dl);
+		if (fd >= 0)
+			break;
+		err = errno;
+		poll(NULL, 0, 200);
+	}
+	if (fd < 0) {
+		fprintf(stderr, "distrun: node %d cannot reach node 0 at %s:%d "
+			"within %.0fs: %s\n", nd->node_rank, p->master_addr,
+			p->port, p->timeout, strerror(err));
+		return -1;
+	}
+	nd->hub_fd = fd;
+	if (dri_hs_hello(&hs, DRI_HS_STORE, nd->node_rank, nd->nnodes) ||
+	    io_full(fd, hs.hello, DRI_HS_HELLO, dl, true) ||
+	    io_full(fd, chal, DRI_HS_CHAL, mono() + DRI_HS_MS / 1000.0,
+		    false)) {
+		fprintf(stderr, "distrun: node 0 at %s:%d closed the connection "
+			"during the handshake (a different secret, --nnodes "
+			"or --master-port?)\n", p->master_addr, p->port);
+		return -1;
+	}
+	if (dri_hs_answer(&hs, nd->key, chal, &srv, proof)) {
+		fprintf(stderr, "distrun: node 0 at %s:%d and this node do not "
+			"share the job's secret (DISTRUN_SECRET, "
+			"DISTRUN_SECRET_FILE or ~/.config/distrun/secret): "
+			"refusing it\n", p->master_addr, p->port);
+		return -1;
+	}
+	if (io_full(fd, proof, DRI_HS_PROOF, dl, true) ||
+	    send_frame(fd, json_pack("{s:s,s:i,s:i}", "t", "join", "node",
+				     nd->node_rank, "nproc", p->nproc))) {
+		fprintf(stderr, "distrun: lost node 0 while joining\n");
+		return -1;
+	}
+	j = recv_frame(fd, dl);
+	if (!j || strcmp(jstr(j, "t"), "start")) {
+		fprintf(stderr, "distrun: node 0 %s\n", !j ? "did not start the "
+			"job in time" : !strcmp(jstr(j, "t"), "error") ?
+			jstr(j, "error") : "sent something unexpected");
+		json_decref(j);
+		return -1;
+	}
+	st->world_size = jint(j, "world", -1);
+	st->rank_offset = jint(j, "offset", -1);
+	st->master_port = jint(j, "master_port", -1);
+	snprintf(st->run_id, sizeof(st->run_id), "%s", jstr(j, "run_id"));
+	if (st->world_size < 1 || st->rank_offset < 0 ||
+	    st->rank_offset + p->nproc > st->world_size ||
+	    st->master_port < 1 || st->master_port > 65535 ||
+	    unhex(jstr(j, "nonce"), nonce, sizeof(nonce))) {
+		fprintf(stderr, "distrun: node 0 sent a bad start message\n");
+		json_decref(j);
+		return -1;
+	}
+	json_decref(j);
+	derive_secret(nd->key, nonce, st->secret_hex);
+	return 0;
+}
+
+int nodes_join(struct nodes **out, const struct node_plan *p,
+	       struct node_start *st)
+{
+	struct nodes *nd = calloc(1, sizeof(*nd));
+
+	*out = NULL;
+	memset(st, 0, sizeof(*st));
+	if (!nd)
+		goto oom;
+	nd->hub = p->node_rank == 0;
+	nd->nnodes = p->nnodes;
+	nd->node_rank = p->node_rank;
+	nd->hub_fd = -1;
+	nd->fail_rank = -1;
+	if (nd->hub) {
+		nd->node = calloc((size_t)p->nnodes, sizeof(*nd->node));
+		nd->nproc = calloc((size_t)p->nnodes, sizeof(*nd->nproc));
+		if (!nd->node || !nd->nproc)
+			goto oom;
+		for (int k = 0; k < p->nnodes; k++)
+			nd->node[k] = (struct conn){ .fd = -1,
+						     .state = C_CLOSED };
+	}
+	st->nnodes = p->nnodes;
+	st->node_rank = p->node_rank;
+	if (key_for(p, nd->key, st->run_id, sizeof(st->run_id)))
+		goto fail;
+	if (nd->hub ? hub_join(nd, p) || hub_start(nd, p, st) :
+		      spoke_join(nd, p, st))
+		goto fail;
+	*out = nd;
+	return 0;
+oom:
+	fprintf(stderr, "distrun: out of memory\n");
+fail:
+	nodes_release(nd);
+	return -1;
+}
+
+int nodes_pollfds(struct nodes *nd, struct pollfd *pfd, int max)
+{
+	int n = 0;
+
+	if (!nd)
+		return 0;
+	if (!nd->hub) {
+		if (nd->hub_fd >= 0 && max > 0)
+			pfd[n++] = (struct pollfd){ nd->hub_fd, POLLIN, 0 };
+		return n;
+	}
+	for (int k = 1; k < nd->nnodes && n < max; k++)
+		if (nd->node[k].fd >= 0)
+			pfd[n++] = (struct pollfd){ nd->node[k].fd, POLLIN, 0 };
+	return n;
+}
+
+static void hub_broadcast_stop(struct nodes *nd, int except)
+{
+	for (int k = 1; k < nd->nnodes; k++)
+		if (k != except && nd->node[k].fd >= 0 &&
+		    nd->node[k].state == C_UP)
+			send_frame(nd->node[k].fd, json_pack(
+				"{s:s,s:i,s:i,s:i,s:s}", "t", "stop",
+				"node", nd->fail_node, "rank", nd->fail_rank,
+				"status", nd->fail_status, "desc",
+				nd->fail_desc));
+}
+
+static bool record_failure(struct nodes *nd, int node, int rank, int status,
+			   const char *desc)
+{
+	if (nd->failed)
+		return false;
+	nd->failed = true;
+	nd->fail_node = node;
+	nd->fail_rank = rank;
+	nd->fail_status = status ? status : 1;
+	snprintf(nd->fail_desc, sizeof(nd->fail_desc), "%s", desc);
+	return true;
+}
+
+static void event_from_failure(struct nodes *nd, struct node_event *ev,
+			       int kind)
+{
+	ev->kind = kind;
+	ev->node = nd->fail_node;
+	ev->rank = nd->fail_rank;
+	ev->status = nd->fail_status;
+	snprintf(ev->desc, sizeof(ev->desc), "%s", nd->fail_desc);
+}
+
+/* The hub: one frame (or EOF) from node k. */
+static void hub_read(struct nodes *nd, int k, struct node_event *ev)
+{
+	struct conn *c = &nd->node[k];
+	json_t *j = recv_frame(c->fd, mono() + FRAME_MS / 1000.0);
+	const char *t = j ? jstr(j, "t") : "";
+
+	if (!strcmp(t, "fail")) {
+		if (record_failure(nd, k, jint(j, "rank", -1),
+				   jint(j, "status", 1), jstr(j, "desc"))) {
+			hub_broadcast_stop(nd, k);
+			event_from_failure(nd, ev, NODE_EV_STOP);
+		}
+	} else if (!strcmp(t, "end")) {
+		int st = jint(j, "status", 1);
+
+		c->state = C_ENDED;
+		if (st && record_failure(nd, k, -1, st, "ended with a failure")) {
+			hub_broadcast_stop(nd, k);
+			event_from_failure(nd, ev, NODE_EV_STOP);
+		}
+	} else {
+		bool ended = c->state == C_ENDED;
+
+		conn_close(c);
+		if (!ended) {
+			char d[96];
+
+			snprintf(d, sizeof(d), "the distrun of node %d was lost",
+				 k);
+			if (record_failure(nd, k, -1, 1, d)) {
+				hub_broadcast_stop(nd, k);
+				event_from_failure(nd, ev, NODE_EV_LOST);
+			}
+		}
+	}
+	json_decref(j);
+}
+
+static void spoke_read(struct nodes *nd, struct node_event *ev)
+{
+	json_t *j = recv_frame(nd->hub_fd, mono() + FRAME_MS / 1000.0);
+	const char *t = j ? jstr(j, "t") : "";
+
+	if (!strcmp(t, "stop")) {
+		if (record_failure(nd, jint(j, "node", -1), jint(j, "rank", -1),
+				   jint(j, "status", 1), jstr(j, "desc")))
+			event_from_failure(nd, ev, NODE_EV_STOP);
+	} else if (!strcmp(t, "bye")) {
+		nd->got_bye = true;
+		nd->final_status = jint(j, "status", 1);
+	} else {
+		close(nd->hub_fd);
+		nd->hub_fd = -1;
+		if (!nd->got_bye &&
+		    record_failure(nd, 0, -1, 1, "the distrun of node 0 was lost"))
+			event_from_failure(nd, ev, NODE_EV_LOST);
+	}
+	json_decref(j);
+}
+
+void nodes_handle(struct nodes *nd, struct node_event *ev)
+{
+	ev->kind = NODE_EV_NONE;
+	if (!nd)
+		return;
+	if (!nd->hub) {
+		struct pollfd pfd = { nd->hub_fd, POLLIN, 0 };
+
+		if (nd->hub_fd >= 0 && poll(&pfd, 1, 0) == 1)
+			spoke_read(nd, ev);
+		return;
+	}
+	for (int k = 1; k < nd->nnodes; k++) {
+		struct pollfd pfd = { nd->node[k].fd, POLLIN, 0 };
+		struct node_event e = { .kind = NODE_EV_NONE };
+
+		if (nd->node[k].fd < 0 || poll(&pfd, 1, 0) != 1)
+			continue;
+		hub_read(nd, k, &e);
+		if (e.kind != NODE_EV_NONE && ev->kind == NODE_EV_NONE)
+			*ev = e;
+	}
+}
+
+void nodes_fail(struct nodes *nd, int rank, int status, const char *desc)
+{
+	if (!nd)
+		return;
+	if (nd->hub) {
+		if (record_failure(nd, 0, rank, status, desc))
+			hub_broadcast_stop(nd, -1);
+		return;
+	}
+	if (nd->hub_fd >= 0 && !nd->failed)
+		send_frame(nd->hub_fd, json_pack("{s:s,s:i,s:i,s:s}", "t",
+						 "fail", "rank", rank, "status",
+						 status, "desc", desc));
+}
+
+int nodes_finish(struct nodes *nd, int status, double timeout)
+{
+	double dl = mono() + timeout;
+
+	if (!nd)
+		return status;
+	if (!nd->hub) {
+		/* Our end, then the job's status from the hub's bye. */
+		if (nd->hub_fd >= 0)
+			send_frame(nd->hub_fd, json_pack("{s:s,s:i}", "t", "end",
+							 "status", status));
+		while (nd->hub_fd >= 0 && !nd->got_bye && mono() < dl) {
+			struct node_event ev;
+			struct pollfd pfd = { nd->hub_fd, POLLIN, 0 };
+
+			if (poll(&pfd, 1, ms_left(dl)) == 1)
+				spoke_read(nd, &ev);
+		}
+		if (nd->got_bye)
+			return nd->final_status ? nd->final_status : status;
+		return status ? status : (nd->failed ? nd->fail_status : 1);
+	}
+	if (status && !nd->failed)
+		record_failure(nd, 0, -1, status, "ended with a failure");
+	for (;;) {
+		struct pollfd pfd[NODES_MAX];
+		int n = 0;
+
+		for (int k = 1; k < nd->nnodes; k++)
+			if (nd->node[k].fd >= 0 && nd->node[k].state == C_UP)
+				pfd[n++] = (struct pollfd){ nd->node[k].fd,
+							    POLLIN, 0 };
+		if (!n || mono() >= dl)
+			break;
+		if (poll(pfd, n, ms_left(dl)) > 0) {
+			struct node_event ev;
+
+			nodes_handle(nd, &ev);
+		}
+	}
+	status = nd->failed ? nd->fail_status : 0;
+	for (int k = 1; k < nd->nnodes; k++)
+		if (nd->node[k].fd >= 0)
+			send_frame(nd->node[k].fd, json_pack("{s:s,s:i}", "t",
+							     "bye", "status",
+							     status));
+	return status;
+}
+
+void nodes_release(struct nodes *nd)
+{
+	if (!nd)
+		return;
+	if (nd->hub_fd >= 0)
+		close(nd->hub_fd);
+	for (int k = 0; nd->node && k < nd->nnodes; k++)
+		if (nd->node[k].fd >= 0)
+			close(nd->node[k].fd);
+	free(nd->node);
+	free(nd->nproc);
+	free(nd);
+}

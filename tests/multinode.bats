@@ -1,0 +1,165 @@
+#!/usr/bin/env bats
+# Jobs over several hosts: pretend hosts are network namespaces joined by a
+# bridge of veth pairs, made and removed by each test, with addresses only
+# inside them (10.231.N.0/24).  One distrun per "host", connected to node
+# 0's, as torchrun's static rendezvous.
+
+load common
+
+setup() {
+	[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+	command -v ip >/dev/null || skip "iproute2 is not installed"
+	NS=drt$$x$BATS_TEST_NUMBER
+	NET=10.231.$(( (BATS_TEST_NUMBER + $$) % 200 + 20 ))
+	TMP=$(mktemp -d)
+	# The secret every node knows (a file only root can read).
+	head -c 32 /dev/urandom >"$TMP/secret" && chmod 600 "$TMP/secret"
+	export DISTRUN_SECRET_FILE=$TMP/secret
+	unset DISTRUN_SECRET
+}
+
+teardown() {
+	for pid in $(jobs -p); do kill -9 "$pid" 2>/dev/null; done
+	for i in 0 1 2; do
+		ip netns pids "$NS$i" 2>/dev/null | xargs -r kill -9 2>/dev/null
+		ip netns del "$NS$i" 2>/dev/null
+	done
+	ip link del "${NS}br" 2>/dev/null
+	rm -rf "$TMP"
+}
+
+# hosts N: N namespaces $NS0.. with addresses $NET.1.., on one bridge.
+hosts() {
+	ip link add "${NS}br" type bridge
+	ip link set "${NS}br" up
+	for ((i = 0; i < $1; i++)); do
+		ip netns add "$NS$i"
+		ip link add "${NS}v$i" type veth peer name eth0 netns "$NS$i"
+		ip link set "${NS}v$i" master "${NS}br" up
+		ip -n "$NS$i" addr add "$NET.$((i + 1))/24" dev eth0
+		ip -n "$NS$i" link set eth0 up
+		ip -n "$NS$i" link set lo up
+	done
+}
+
+# on I CMD...: runs CMD on host I.
+on() {
+	local i=$1; shift
+	ip netns exec "$NS$i" "$@"
+}
+
+# ns_pids I NAME: pids of processes called NAME in host I's namespace.
+ns_pids() {
+	local pid
+	for pid in $(ip netns pids "$NS$1"); do
+		[ "$(cat /proc/$pid/comm 2>/dev/null)" = "$2" ] && echo "$pid"
+	done
+	return 0
+}
+
+node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
+	local i=$1 nn=$2 np=$3; shift 3
+	on "$i" "$DISTRUN" --nnodes "$nn" --node-rank "$i" \
+		--master-addr "$NET.1" --master-port 29611 -n "$np" "$@" \
+		>"$TMP/n$i" 2>&1
+}
+
+@test "two hosts: every collective right with ranks 0-2 on one and 3 on the other" {
+	hosts 2
+	node 0 2 3 --timeout 120s "$CTESTS/coll_check" all & p0=$!
+	node 1 2 1 --timeout 120s "$CTESTS/coll_check" all & p1=$!
+	wait $p0; s0=$?
+	wait $p1; s1=$?
+	cat "$TMP/n0" "$TMP/n1"
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+	for r in 0 1 2; do grep -q "^\[$r\] rank $r: ok" "$TMP/n0"; done
+	grep -q "^\[3\] rank 3: ok" "$TMP/n1"
+}
+
+@test "ranks get torchrun's global variables on every node" {
+	hosts 2
+	cat >"$TMP/env.sh" <<-'EOF'
+	#!/bin/sh
+	echo "R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK GW=$GROUP_WORLD_SIZE M=$MASTER_ADDR"
+	EOF
+	chmod +x "$TMP/env.sh"
+	node 0 2 2 "$TMP/env.sh" & p0=$!
+	node 1 2 2 "$TMP/env.sh" & p1=$!
+	wait $p0 && wait $p1
+	cat "$TMP/n0" "$TMP/n1"
+	grep -qx "\[0\] R=0 L=0 W=4 LW=2 G=0 GW=2 M=$NET.1" "$TMP/n0"
+	grep -qx "\[1\] R=1 L=1 W=4 LW=2 G=0 GW=2 M=$NET.1" "$TMP/n0"
+	grep -qx "\[2\] R=2 L=0 W=4 LW=2 G=1 GW=2 M=$NET.1" "$TMP/n1"
+	grep -qx "\[3\] R=3 L=1 W=4 LW=2 G=1 GW=2 M=$NET.1" "$TMP/n1"
+}
+
+@test "three hosts of uneven sizes run the barrier example" {
+	hosts 3
+	node 0 3 1 "$EXAMPLES/02_barrier_all_reduce" & p0=$!
+	node 1 3 2 "$EXAMPLES/02_barrier_all_reduce" & p1=$!
+	node 2 3 1 "$EXAMPLES/02_barrier_all_reduce" & p2=$!
+	wait $p0 && wait $p1 && wait $p2
+	cat "$TMP"/n?
+	# Four ranks: each adds torch.randn(3) after manual_seed(0).
+	[ "$(cat "$TMP"/n? | grep -c 'reduced tensor - tensor(\[ 6.1640, -1.1737, -8.7152\])')" -eq 4 ]
+}
+
+@test "a rank failing on one node stops every node with its status" {
+	hosts 2
+	cat >"$TMP/fail.sh" <<-'EOF'
+	#!/bin/sh
+	[ "$RANK" = 3 ] && exit 7
+	exec sleep 60
+	EOF
+	chmod +x "$TMP/fail.sh"
+	node 0 2 2 "$TMP/fail.sh" & p0=$!
+	node 1 2 2 "$TMP/fail.sh" & p1=$!
+	wait $p0; s0=$?
+	wait $p1; s1=$?
+	cat "$TMP/n0" "$TMP/n1"
+	[ "$s0" -eq 7 ] && [ "$s1" -eq 7 ]
+	grep -q "rank 3 on node 1 exited with status 7" "$TMP/n0"
+	grep -q "rank 3 on node 1 exited with status 7" "$TMP/n1"
+	[ -z "$(ns_pids 0 sleep)$(ns_pids 1 sleep)" ]
+}
+
+@test "kill -9 of one node's distrun stops the other nodes" {
+	hosts 2
+	node 0 2 1 sleep 60 & p0=$!
+	node 1 2 1 sleep 60 & p1=$!
+	sleeping() { [ -n "$(ns_pids 0 sleep)$(ns_pids 1 sleep)" ]; }
+	node1_sleeping() { [ -n "$(ns_pids 1 sleep)" ]; }
+	wait_until 30 node1_sleeping
+	kill -9 $(ns_pids 1 distrun)
+	wait $p0; s0=$?
+	cat "$TMP/n0"
+	[ "$s0" -ne 0 ]
+	grep -q "node 1 was lost" "$TMP/n0"
+	wait_until 10 eval '! sleeping'
+}
+
+@test "a node that never comes is named at the join timeout" {
+	hosts 2
+	run on 0 "$DISTRUN" --nnodes 2 --node-rank 0 --master-addr "$NET.1" \
+		--master-port 29611 --join-timeout 2s -n 1 true
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"1 of 2 nodes joined within 2s; missing node 1"* ]]
+}
+
+@test "a node without the job's secret is refused and the job goes on" {
+	hosts 3
+	node 0 2 1 --join-timeout 30s "$EXAMPLES/01_barrier" & p0=$!
+	head -c 32 /dev/urandom >"$TMP/other" && chmod 600 "$TMP/other"
+	DISTRUN_SECRET_FILE=$TMP/other on 2 "$DISTRUN" --nnodes 2 \
+		--node-rank 1 --master-addr "$NET.1" --master-port 29611 \
+		--join-timeout 3s -n 1 true >"$TMP/n2" 2>&1
+	s2=$?
+	node 1 2 1 "$EXAMPLES/01_barrier" & p1=$!
+	wait $p0; s0=$?
+	wait $p1; s1=$?
+	cat "$TMP"/n?
+	[ "$s2" -ne 0 ]
+	grep -q "do not share the job's secret" "$TMP/n2"
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+}
