@@ -1,0 +1,257 @@
+/*
+ * rdzv.c - dynamic rendezvous of the nodes through etcd (v3).
+ *
+ * `--rdzv-backend etcd --rdzv-endpoint HOST:2379 --rdzv-id JOB --nnodes
+ * MIN:MAX`: every node writes itself into one key, /distrun/rdzv/JOB/state,
+ * with compare-and-swap transactions (a write that lost the race reads
+ * again and retries), so the nodes agree on one ordered list:
+ *
+ *   {"state": "open", "nodes": [{"addr", "port", "nproc", "token"}, ...],
+ *    "last_call_until": unix ms}
+ *
+ * Once MIN nodes are in, a last-call window (--rdzv-last-call, default
+ * 5 s) opens; the round closes when MAX nodes are in or the window ends,
+ * and the first node to see that writes "closed".  A node's rank is its
+ * place in the list; node 0's address and port become the hub's of the
+ * static protocol (nodes.c), which runs the job from there.  A node that
+ * comes after the close is told so.  The key is attached to a lease every
+ * node keeps alive while it waits, so a round whose nodes all died goes
+ * away by itself (after RDZV_TTL seconds) and the next job with that id
+ * starts afresh.  Waiting is an etcd watch, bounded by the nearest
+ * deadline; the whole rendezvous by --join-timeout.
+ */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "etcd.h"
+#include "rdzv.h"
+
+#define RDZV_TTL 15
+
+static double mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The address of ours that reaches etcd: a UDP connect() sends nothing
+ * but makes the kernel pick the route. */
+static int own_addr(const char *host, int port, char *out, size_t n)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM };
+	struct addrinfo *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char ps[16];
+	int fd, rc = -1;
+
+	snprintf(ps, sizeof(ps), "%d", port);
+	if (getaddrinfo(host, ps, &hints, &ai))
+		return -1;
+	fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && !connect(fd, ai->ai_addr, ai->ai_addrlen) &&
+	    !getsockname(fd, (struct sockaddr *)&ss, &sl) &&
+	    !getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)n, NULL,
+			 0, NI_NUMERICHOST))
+		rc = 0;
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	return rc;
+}
+
+static int fail(char *err, size_t n, const char *what, struct etcd *e)
+{
+	snprintf(err, n, "%s: %s", what, etcd_error(e));
+	return -1;
+}
+
+int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
+	      size_t errsz)
+{
+	struct etcd *e = NULL;
+	char key[300], me_addr[64], token[17];
+	uint8_t tok[8];
+	double deadline = mono() + p->timeout;
+	int64_t lease = 0;
+	int joined = -1, rc = -1;
+
+	memset(res, 0, sizeof(*res));
+	snprintf(key, sizeof(key), "/distrun/rdzv/%s/state", p->run_id);
+	if (etcd_open(&e, p->endpoint, err, errsz))
+		return -1;
+	if (p->addr && *p->addr)
+		snprintf(me_addr, sizeof(me_addr), "%s", p->addr);
+	else if (own_addr(etcd_host(e), etcd_port(e), me_addr,
+			  sizeof(me_addr))) {
+		snprintf(err, errsz, "cannot find an address of this host that "
+			 "reaches etcd at %s (use --iface)", p->endpoint);
+		goto out;
+	}
+	if (dri_random(tok, sizeof(tok))) {
+		snprintf(err, errsz, "%s", dr_last_error());
+		goto out;
+	}
+	for (int i = 0; i < 8; i++)
+		sprintf(token + 2 * i, "%02x", tok[i]);
+
+	while (mono() < deadline) {
+		char *val = NULL;
+		int64_t mod = 0, rev = 0, until;
+		json_t *st, *nodes, *mine;
+		int got = etcd_get(e, key, &val, &mod, &rev), n, w;
+		const char *state;
+
+		if (got < 0) {
+			fail(err, errsz, "etcd rendezvous", e);
+			goto out;
+		}
+		if (!got) {
+			char *s;
+
+			if (joined >= 0) {
+				snprintf(err, errsz, "the rendezvous state of "
+					 "%s vanished from etcd", p->run_id);
+				goto out;
+			}
+			lease = etcd_lease_grant(e, RDZV_TTL);
+			if (lease < 0) {
+				fail(err, errsz, "etcd lease", e);
+				goto out;
+			}
+			st = json_pack("{s:s,s:[{s:s,s:i,s:i,s:s}],s:I,s:I}",
+				       "state", "open", "nodes", "addr", me_addr,
+				       "port", p->port, "nproc", p->nproc,
+				       "token", token, "last_call_until",
+				       (json_int_t)0, "lease", (json_int_t)lease);
+			if (p->min_nodes <= 1)
+				json_object_set_new(st, "last_call_until",
+					json_integer(wall_ms() +
+						     (json_int_t)(p->last_call * 1000)));
+			if (p->max_nodes == 1)
+				json_object_set_new(st, "state",
+						    json_string("closed"));
+			s = json_dumps(st, JSON_COMPACT);
+			json_decref(st);
+			if (s && etcd_cas(e, key, 0, s, lease) == 1)
+				joined = 0;
+			free(s);
+			continue;
+		}
+		st = json_loads(val, 0, NULL);
+		free(val);
+		nodes = json_object_get(st, "nodes");
+		state = json_string_value(json_object_get(st, "state"));
+		if (!json_is_array(nodes) || !state ||
+		    json_array_size(nodes) > (size_t)p->max_nodes) {
+			json_decref(st);
+			snprintf(err, errsz, "etcd key %s does not hold a "
+				 "distrun rendezvous of at most %d nodes", key,
+				 p->max_nodes);
+			goto out;
+		}
+		n = (int)json_array_size(nodes);
+		/* Every node keeps the round's lease alive while it waits. */
+		lease = json_integer_value(json_object_get(st, "lease"));
+		if (lease > 0)
+			etcd_lease_keepalive(e, lease);
+		until = json_integer_value(json_object_get(st,
+							    "last_call_until"));
+		if (!strcmp(state, "closed")) {
+			if (joined < 0) {
+				snprintf(err, errsz, "rendezvous %s is closed: "
+					 "its job started with %d nodes; this "
+					 "node came too late", p->run_id, n);
+				json_decref(st);
+				goto out;
+			}
+			res->nnodes = n;
+			res->node_rank = joined;
+			json_t *n0 = json_array_get(nodes, 0);
+			snprintf(res->master_addr, sizeof(res->master_addr), "%s",
+				 json_string_value(json_object_get(n0, "addr"))
+				 ?: "");
+			res->master_port = (int)json_integer_value(
+				json_object_get(n0, "port"));
+			mine = json_array_get(nodes, (size_t)joined);
+			if (!*res->master_addr || res->master_port < 1 ||
+			    res->master_port > 65535 ||
+			    strcmp(json_string_value(json_object_get(mine,
+						"token")) ?: "", token)) {
+				snprintf(err, errsz, "etcd key %s holds a bad "
+					 "rendezvous", key);
+				json_decref(st);
+				goto out;
+			}
+			json_decref(st);
+			rc = 0;
+			goto out;
+		}
+		if (joined < 0) {
+			json_array_append_new(nodes, json_pack(
+				"{s:s,s:i,s:i,s:s}", "addr", me_addr, "port",
+				p->port, "nproc", p->nproc, "token", token));
+			if (n + 1 >= p->min_nodes && !until)
+				json_object_set_new(st, "last_call_until",
+					json_integer(wall_ms() +
+						     (json_int_t)(p->last_call * 1000)));
+			if (n + 1 >= p->max_nodes)
+				json_object_set_new(st, "state",
+						    json_string("closed"));
+		} else if (n >= p->min_nodes && until && wall_ms() >= until) {
+			json_object_set_new(st, "state", json_string("closed"));
+		} else {
+			/* Wait for a change, or for the window to end. */
+			double wait = deadline - mono();
+
+			if (until && (until - wall_ms()) / 1000.0 < wait)
+				wait = (until - wall_ms()) / 1000.0;
+			if (wait > RDZV_TTL / 3.0)
+				wait = RDZV_TTL / 3.0;
+			json_decref(st);
+			w = (int)(wait * 1000);
+			if (etcd_watch(e, key, rev, w > 10 ? w : 10) < 0) {
+				fail(err, errsz, "etcd watch", e);
+				goto out;
+			}
+			continue;
+		}
+		{
+			char *s = json_dumps(st, JSON_COMPACT);
+			int ok = s ? etcd_cas(e, key, mod, s, -1) : -1;
+
+			free(s);
+			json_decref(st);
+			if (ok < 0) {
+				fail(err, errsz, "etcd rendezvous", e);
+				goto out;
+			}
+			if (ok && joined < 0)
+				joined = n;
+		}
+	}
+	snprintf(err, errsz, "rendezvous %s through etcd at %s: not enough "
+		 "nodes (at least %d) within %.0fs", p->run_id, p->endpoint,
+		 p->min_nodes, p->timeout);
+out:
+	etcd_close(e);
+	return rc;
+}
