@@ -100,10 +100,13 @@ $(B)/pic/%.o: %.c
 	@$(if $(Q),echo "  CC PIC  $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
-$(DISTRUN): $(CMD_OBJ)
+# The launcher takes what it shares with the runtime (the job's keys and
+# handshake, errors) from the archive: the linker pulls only those objects.
+LIBS_CMD = -ljansson -lcurl
+$(DISTRUN): $(CMD_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -ljansson
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(CMD_OBJ) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
 
 $(LIB_A): $(RT_OBJ)
 	@mkdir -p $(dir $@)
@@ -156,12 +159,12 @@ $(B)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(CMD_LIB) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Icmd $(ALL_LDFLAGS) -o $@ $< tests/fuzz/replay.c \
-		$(CMD_LIB) $(LIB_A) -ljansson $(LIBS_RT)
+		$(CMD_LIB) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
 $(B)/fuzz/%-fuzz: tests/fuzz/%.c $(CMD_LIB) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Icmd $(ALL_LDFLAGS) -fsanitize=fuzzer -o $@ $< \
-		$(CMD_LIB) $(LIB_A) -ljansson $(LIBS_RT)
+		$(CMD_LIB) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
 
 # `make fuzz FUZZ_SECONDS=N [FUZZ_TARGETS="wire ranks"]`: each harness for N
 # seconds on its corpus in testdata/fuzz/NAME/ (new inputs land in

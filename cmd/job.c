@@ -107,6 +107,7 @@ void job_stop(struct job *job, int sig)
 {
 	if (job->stopping)
 		return;
+	nodes_job_stopping(job);    /* the other nodes stop too */
 	job->stopping = true;
 	job->kill_at = now_mono() + job->o->grace;
 	signal_ranks(job, sig);
@@ -120,6 +121,10 @@ static void announce_failure(struct job *job, int r)
 	if (rk->exec_errno)
 		fprintf(stderr, "distrun: rank %d: cannot run %s: %s\n", r,
 			job->o->argv[0], strerror(rk->exec_errno));
+	else if (job->nodes)
+		fprintf(stderr, "distrun: rank %d on node %d %s after %.3fs\n",
+			job->rank_offset + r, job->node_rank,
+			rank_status_str(rk, st, sizeof(st)), rk->t_end - job->t0);
 	else
 		fprintf(stderr, "distrun: rank %d %s after %.3fs\n", r,
 			rank_status_str(rk, st, sizeof(st)),
@@ -303,7 +308,8 @@ static void close_stream(struct job *job, int r, int s)
 int job_run(struct job *job)
 {
 	int n = job->o->nranks;
-	struct pollfd *pfd = malloc((2 * (size_t)n + 1) * sizeof(*pfd));
+	int nmax = 2 * n + 1 + (job->nodes ? job->nnodes : 0);
+	struct pollfd *pfd = malloc((size_t)nmax * sizeof(*pfd));
 	int *who = malloc(2 * (size_t)n * sizeof(*who));
 
 	if (!pfd || !who) {
@@ -313,7 +319,7 @@ int job_run(struct job *job)
 		return -1;
 	}
 	for (;;) {
-		int np = 1, rc;
+		int np = 1, nn, rc;
 
 		if (job->nlive == 0 && job->nopen == 0 && !signal_children(job, 0))
 			break;
@@ -336,7 +342,8 @@ int job_run(struct job *job)
 				pfd[np++] = (struct pollfd){ rk->err_fd, POLLIN, 0 };
 			}
 		}
-		rc = poll(pfd, np, poll_timeout(job));
+		nn = nodes_job_pollfds(job, pfd + np, nmax - np);
+		rc = poll(pfd, np + nn, poll_timeout(job));
 		if (rc < 0 && errno != EINTR) {
 			perror("distrun: poll");
 			break;
@@ -352,6 +359,11 @@ int job_run(struct job *job)
 		mux_flush(job);
 		if (rc > 0 && pfd[0].revents)
 			handle_signals(job);
+		for (int i = np; rc > 0 && i < np + nn; i++)
+			if (pfd[i].revents) {
+				nodes_job_handle(job);
+				break;
+			}
 		if (job->output_broken && !job->stopping) {
 			if (job->first_fail < 0 && !job->timed_out)
 				job->stop_signal = SIGPIPE;

@@ -25,6 +25,7 @@
 #ifndef DISTRUN_LAUNCHER_H
 #define DISTRUN_LAUNCHER_H
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <signal.h>
@@ -60,6 +61,18 @@ struct opts {
 	char **argv;               /* the program and its arguments */
 	int argc;
 	const char *ranks_arg;     /* --ranks as given, parsed once n is known */
+	bool nranks_given;         /* -n was on the command line */
+
+	/* Several nodes (nodes.c): --nnodes MIN:MAX, --node-rank,
+	 * --rdzv-backend static|etcd, --rdzv-endpoint, --rdzv-id. */
+	int min_nodes, max_nodes;  /* 0: not given */
+	int node_rank;             /* -1: not given */
+	const char *rdzv_backend;  /* NULL: static */
+	const char *rdzv_endpoint;
+	const char *rdzv_id;
+	double join_timeout;       /* seconds for every node to join */
+	bool master_addr_given;
+	bool master_port_given;
 };
 
 /* Parses argv into *o.  Returns 0, or the exit status to use at once:
@@ -125,7 +138,33 @@ struct job {
 	bool output_broken;        /* EPIPE on our stdout or stderr */
 	bool spawn_failed;         /* fork or pipe failed for some rank */
 	int exit_status;
+
+	/* A job over several nodes (nodes.c); one node: nnodes 1, offset 0. */
+	struct nodes *nodes;       /* NULL on a single node */
+	int nnodes, node_rank;
+	int world_size;            /* ranks of the whole job */
+	int rank_offset;           /* global rank of our local rank 0 */
+	char node_secret[65];      /* the ranks' DISTRUN_SECRET, or "" */
+	bool node_stop;            /* stopped because another node failed */
+	int node_stop_status;
 };
+
+/* The ranks of the whole job: this node's unless there are several. */
+static inline int job_world_size(const struct job *job)
+{
+	return job->world_size > 0 ? job->world_size : job->o->nranks;
+}
+
+/* nodes.c: joins the other nodes when the options (or Slurm's or
+ * Kubeflow's variables) ask for several; fills the job's node fields.
+ * 0 (also on one node), or -1 after a message. */
+int nodes_setup(struct job *job);
+/* The job loop's part: fds to poll, what they say, our failure, our end
+ * (returns the job's exit status over every node). */
+int nodes_job_pollfds(struct job *job, struct pollfd *pfd, int max);
+void nodes_job_handle(struct job *job);
+void nodes_job_stopping(struct job *job);
+int nodes_job_finish(struct job *job, int status);
 
 /* Monotonic and wall-clock time in seconds. */
 double now_mono(void);

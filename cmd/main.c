@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
+#include "nodes.h"
 
 /* A run id unique per job: random, so that two jobs never share one. */
 static void make_run_id(struct job *job)
@@ -95,6 +96,8 @@ static int exit_status(const struct job *job)
 	}
 	if (job->timed_out)
 		return EXIT_TIMEOUT;
+	if (job->node_stop)
+		return job->node_stop_status;
 	if (job->stop_signal)
 		return 128 + job->stop_signal;
 	return job->spawn_failed ? 1 : 0;
@@ -136,7 +139,7 @@ int main(int argc, char **argv)
 	make_run_id(&job);
 	if (alloc_ranks(&job) || setup_signals(&job))
 		goto out;
-	if (port_reserve(&job))
+	if (nodes_setup(&job) || (!job.nodes && port_reserve(&job)))
 		goto out;
 	rc = spawn_prepare(&job);
 	if (rc) {
@@ -164,7 +167,7 @@ int main(int argc, char **argv)
 	}
 	guard_done(&job);
 	job.real_t1 = now_real();
-	rc = job.exit_status = exit_status(&job);
+	rc = job.exit_status = nodes_job_finish(&job, exit_status(&job));
 	mux_flush(&job);
 	if (!o.quiet && (o.summary || rc))
 		report_summary(&job);
@@ -179,6 +182,7 @@ out:
 		close(job.port_fd);
 	if (job.sigfd >= 0)
 		close(job.sigfd);
+	nodes_release(job.nodes);
 	opts_release(&o);
 	return rc;
 }

@@ -64,10 +64,11 @@ static bool use_color(const struct opts *o, int fd)
 
 static int make_labels(struct job *job, struct dest *d)
 {
-	int n = job->o->nranks, width = 1;
+	int n = job->o->nranks, width = 1, off = job->rank_offset;
 	bool color = use_color(job->o, d->fd);
 
-	for (int m = n - 1; m >= 10; m /= 10)
+	/* Labels are global ranks, as wide as the job's largest. */
+	for (int m = job_world_size(job) - 1; m >= 10; m /= 10)
 		width++;
 	d->labels = malloc((size_t)n * LABEL_MAX);
 	d->label_len = malloc(n);
@@ -79,9 +80,10 @@ static int make_labels(struct job *job, struct dest *d)
 
 		if (color)
 			len = snprintf(l, LABEL_MAX, "\033[%dm[%*d]\033[0m ",
-				       palette[r % N_COLORS], width, r);
+				       palette[(off + r) % N_COLORS], width,
+				       off + r);
 		else
-			len = snprintf(l, LABEL_MAX, "[%*d] ", width, r);
+			len = snprintf(l, LABEL_MAX, "[%*d] ", width, off + r);
 		d->label_len[r] = (uint8_t)len;
 	}
 	return 0;
@@ -101,7 +103,8 @@ static int open_files(struct job *job)
 		for (int s = 0; s < 2; s++) {
 			char path[4096];
 
-			snprintf(path, sizeof(path), "%s/rank.%d.%s", dir, r,
+			snprintf(path, sizeof(path), "%s/rank.%d.%s", dir,
+				 job->rank_offset + r,
 				 ext[s]);
 			job->ranks[r].file_fd[s] = open(path, O_WRONLY |
 				O_CREAT | O_TRUNC | O_CLOEXEC, 0666);

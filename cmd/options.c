@@ -35,6 +35,16 @@ enum {
 	OPT_GRACE,
 	OPT_REPORT,
 	OPT_COLOR,
+	OPT_NNODES,
+	OPT_NODE_RANK,
+	OPT_NODE_RANK_US,
+	OPT_RDZV_BACKEND,
+	OPT_RDZV_BACKEND_US,
+	OPT_RDZV_ENDPOINT,
+	OPT_RDZV_ENDPOINT_US,
+	OPT_RDZV_ID,
+	OPT_RDZV_ID_US,
+	OPT_JOIN_TIMEOUT,
 };
 
 struct opt_def {
@@ -54,6 +64,22 @@ static const struct opt_def opt_table[] = {
 	{ OPT_MASTER_PORT, "master-port", "PORT",
 	  "MASTER_PORT for the ranks (default: a free one)" },
 	{ OPT_MASTER_PORT_US, "master_port", "PORT", NULL },
+	{ OPT_NNODES, "nnodes", "N|MIN:MAX",
+	  "nodes of the job, one distrun each (default 1)" },
+	{ OPT_NODE_RANK, "node-rank", "K",
+	  "this node's rank with a static rendezvous (0 hosts it)" },
+	{ OPT_NODE_RANK_US, "node_rank", "K", NULL },
+	{ OPT_RDZV_BACKEND, "rdzv-backend", "NAME",
+	  "how nodes meet: static (default) or etcd" },
+	{ OPT_RDZV_BACKEND_US, "rdzv_backend", "NAME", NULL },
+	{ OPT_RDZV_ENDPOINT, "rdzv-endpoint", "HOST:PORT",
+	  "the etcd server, for --rdzv-backend etcd" },
+	{ OPT_RDZV_ENDPOINT_US, "rdzv_endpoint", "HOST:PORT", NULL },
+	{ OPT_RDZV_ID, "rdzv-id", "ID",
+	  "the job's name in the rendezvous (same on every node)" },
+	{ OPT_RDZV_ID_US, "rdzv_id", "ID", NULL },
+	{ OPT_JOIN_TIMEOUT, "join-timeout", "DURATION",
+	  "how long nodes may take to join (default 10m)" },
 	{ OPT_RAW, "raw", NULL,
 	  "print the ranks' lines without the [rank] label" },
 	{ OPT_RANKS, "ranks", "LIST",
@@ -219,6 +245,8 @@ int opts_parse(struct opts *o, int argc, char **argv)
 	o->master_addr = "127.0.0.1";
 	o->grace = 5;
 	o->color = -1;
+	o->node_rank = -1;
+	o->join_timeout = 600;
 	for (size_t i = 0; i < N_OPTS; i++)
 		longopts[i] = (struct option){ opt_table[i].name,
 			opt_table[i].arg ? required_argument : no_argument,
@@ -237,6 +265,83 @@ int opts_parse(struct opts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			o->nranks = (int)v;
+			o->nranks_given = true;
+			break;
+		case OPT_NNODES: {
+			long lo, hi;
+			char *colon = strchr(optarg, ':');
+
+			if (colon)
+				*colon = 0;
+			if (parse_int(optarg, 1, 4096, &lo) ||
+			    (colon && parse_int(colon + 1, 1, 4096, &hi))) {
+				if (colon)
+					*colon = ':';
+				usage_hint("invalid --nnodes '%s' (expected N or "
+					   "MIN:MAX, 1 to 4096)", optarg);
+				return EXIT_USAGE;
+			}
+			if (colon)
+				*colon = ':';
+			else
+				hi = lo;
+			if (lo > hi) {
+				usage_hint("--nnodes %s: MIN is more than MAX",
+					   optarg);
+				return EXIT_USAGE;
+			}
+			o->min_nodes = (int)lo;
+			o->max_nodes = (int)hi;
+			break;
+		}
+		case OPT_NODE_RANK:
+		case OPT_NODE_RANK_US:
+			if (parse_int(optarg, 0, 4095, &v)) {
+				usage_hint("invalid --node-rank '%s' (expected "
+					   "0 to 4095)", optarg);
+				return EXIT_USAGE;
+			}
+			o->node_rank = (int)v;
+			break;
+		case OPT_RDZV_BACKEND:
+		case OPT_RDZV_BACKEND_US:
+			if (!strcmp(optarg, "c10d") || !strcmp(optarg, "etcd-v2")) {
+				usage_hint("--rdzv-backend %s is torch's own "
+					   "protocol; distrun's nodes meet "
+					   "statically or through etcd (v3)",
+					   optarg);
+				return EXIT_USAGE;
+			}
+			if (strcmp(optarg, "static") && strcmp(optarg, "etcd")) {
+				usage_hint("--rdzv-backend '%s': expected static "
+					   "or etcd", optarg);
+				return EXIT_USAGE;
+			}
+			o->rdzv_backend = optarg;
+			break;
+		case OPT_RDZV_ENDPOINT:
+		case OPT_RDZV_ENDPOINT_US:
+			o->rdzv_endpoint = optarg;
+			break;
+		case OPT_RDZV_ID:
+		case OPT_RDZV_ID_US:
+			if (!*optarg || strlen(optarg) > 60 ||
+			    strspn(optarg, "abcdefghijklmnopqrstuvwxyz"
+				   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+			    strlen(optarg)) {
+				usage_hint("--rdzv-id '%s': 1 to 60 letters, "
+					   "digits, '.', '_' or '-'", optarg);
+				return EXIT_USAGE;
+			}
+			o->rdzv_id = optarg;
+			break;
+		case OPT_JOIN_TIMEOUT:
+			if (parse_duration(optarg, &o->join_timeout) ||
+			    o->join_timeout <= 0) {
+				usage_hint("invalid --join-timeout '%s' (expected "
+					   "a duration like 90s, 5m)", optarg);
+				return EXIT_USAGE;
+			}
 			break;
 		case OPT_MASTER_ADDR:
 		case OPT_MASTER_ADDR_US:
@@ -245,6 +350,7 @@ int opts_parse(struct opts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			o->master_addr = optarg;
+			o->master_addr_given = true;
 			break;
 		case OPT_MASTER_PORT:
 		case OPT_MASTER_PORT_US:
@@ -254,6 +360,7 @@ int opts_parse(struct opts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			o->master_port = (int)v;
+			o->master_port_given = true;
 			break;
 		case OPT_RAW:
 			o->raw = true;

@@ -1,6 +1,6 @@
 /*
  * report.c - how the job went: the summary table on stderr and the JSON
- * file of --report.  This is the only file that includes <jansson.h>.
+ * file of --report (nodes.c and etcd.c use jansson for their messages).
  *
  * Both show, per rank, its exit status or signal, wall time (from fork to
  * reap), user and system CPU time and maximum resident set size, as wait4()
@@ -114,9 +114,15 @@ void report_summary(struct job *job)
 	double wall = (job->real_t1 - job->real_t0);
 	struct rusage self;
 
-	fprintf(stderr, "distrun: %d rank%s, %.3fs, exit status %d\n",
-		job->o->nranks, job->o->nranks == 1 ? "" : "s", wall,
-		job->exit_status);
+	if (job->nodes)
+		fprintf(stderr, "distrun: node %d of %d: ranks %d-%d of %d, "
+			"%.3fs, exit status %d\n", job->node_rank, job->nnodes,
+			job->rank_offset, job->rank_offset + job->o->nranks - 1,
+			job_world_size(job), wall, job->exit_status);
+	else
+		fprintf(stderr, "distrun: %d rank%s, %.3fs, exit status %d\n",
+			job->o->nranks, job->o->nranks == 1 ? "" : "s", wall,
+			job->exit_status);
 	fprintf(stderr, "%6s  %-9s %10s %10s %10s %10s  %s\n", "rank",
 		"status", "wall", "user", "sys", "maxrss", "note");
 	for (int r = 0; r < job->o->nranks; r++) {
@@ -125,7 +131,7 @@ void report_summary(struct job *job)
 		char st[32];
 
 		fprintf(stderr, "%6d  %-9s %9.3fs %9.3fs %9.3fs %6.1f MiB%s%s\n",
-			r, short_status(rk, st, sizeof(st)),
+			job->rank_offset + r, short_status(rk, st, sizeof(st)),
 			rank_wall(rk), tv_sec(rk->ru.ru_utime),
 			tv_sec(rk->ru.ru_stime), rk->ru.ru_maxrss / 1024.0,
 			*note ? "  " : "", note);
@@ -174,7 +180,15 @@ int report_json(struct job *job)
 	for (int i = 0; i < o->argc; i++)
 		json_array_append_new(cmd, json_string(o->argv[i]));
 	json_object_set(root, "command", cmd);
-	json_object_set_new(root, "world_size", json_integer(o->nranks));
+	json_object_set_new(root, "world_size",
+			    json_integer(job_world_size(job)));
+	if (job->nodes) {
+		json_object_set_new(root, "nnodes", json_integer(job->nnodes));
+		json_object_set_new(root, "node_rank",
+				    json_integer(job->node_rank));
+		json_object_set_new(root, "local_world_size",
+				    json_integer(o->nranks));
+	}
 	json_object_set_new(root, "run_id", json_string(job->run_id));
 	json_object_set_new(root, "master_addr", json_string(o->master_addr));
 	json_object_set_new(root, "master_port",
@@ -186,7 +200,8 @@ int report_json(struct job *job)
 	json_object_set_new(root, "exit_status", json_integer(job->exit_status));
 	json_object_set_new(root, "reason", json_string(job_reason(job)));
 	json_object_set_new(root, "first_failed_rank", job->first_fail >= 0 ?
-			    json_integer(job->first_fail) : json_null());
+			    json_integer(job->rank_offset + job->first_fail) :
+			    json_null());
 	json_object_set_new(root, "signal", job->stop_signal ?
 			    json_string(signal_name(job->stop_signal)) :
 			    json_null());
@@ -198,7 +213,7 @@ int report_json(struct job *job)
 
 		if (!j)
 			goto out;
-		json_object_set_new(j, "rank", json_integer(r));
+		json_object_set_new(j, "rank", json_integer(job->rank_offset + r));
 		json_object_set_new(j, "pid", json_integer(rk->pid));
 		json_object_set_new(j, "state", json_string(
 			!exited ? (rk->state == RANK_NEW ? "not started" :

@@ -117,21 +117,25 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_LOCAL_RANK];
 	env[k++] = rank_str[SLOT_ROLE_RANK];
 	/* The rest are the same for every rank. */
-	env[k++] = xasprintf("WORLD_SIZE=%d", o->nranks);
+	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
 	env[k++] = xasprintf("LOCAL_WORLD_SIZE=%d", o->nranks);
-	env[k++] = xasprintf("ROLE_WORLD_SIZE=%d", o->nranks);
-	env[k++] = xasprintf("DISTRUN_NRANKS=%d", o->nranks);
+	env[k++] = xasprintf("ROLE_WORLD_SIZE=%d", job_world_size(job));
+	env[k++] = xasprintf("DISTRUN_NRANKS=%d", job_world_size(job));
 	env[k++] = xasprintf("MASTER_ADDR=%s", o->master_addr);
 	env[k++] = xasprintf("MASTER_PORT=%d", job->master_port);
 	env[k++] = xasprintf("TORCHELASTIC_RUN_ID=%s", job->run_id);
 	env[k++] = xasprintf("DISTRUN_JOB_ID=%s", job->run_id);
-	env[k++] = strdup("GROUP_RANK=0");
-	env[k++] = strdup("GROUP_WORLD_SIZE=1");
+	env[k++] = xasprintf("GROUP_RANK=%d", job->node_rank);
+	env[k++] = xasprintf("GROUP_WORLD_SIZE=%d", job->nnodes > 1 ?
+			     job->nnodes : 1);
 	env[k++] = strdup("ROLE_NAME=default");
 	env[k++] = strdup("TORCHELASTIC_RESTART_COUNT=0");
 	env[k++] = strdup("TORCHELASTIC_MAX_RESTARTS=0");
 	env[k++] = strdup("TORCHELASTIC_USE_AGENT_STORE=False");
-	env[k++] = make_secret();
+	/* Several nodes: the secret every node derived alike (nodes.c). */
+	env[k++] = job->node_secret[0] ?
+		   xasprintf("DISTRUN_SECRET=%s", job->node_secret) :
+		   make_secret();
 	if (!getenv("OMP_NUM_THREADS"))
 		env[k++] = strdup("OMP_NUM_THREADS=1");
 	env_nalloc = k;
@@ -263,9 +267,10 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
 	    pipe2(ep, O_CLOEXEC))
 		goto fail;
-	snprintf(rank_str[SLOT_RANK], 32, "RANK=%d", r);
+	snprintf(rank_str[SLOT_RANK], 32, "RANK=%d", job->rank_offset + r);
 	snprintf(rank_str[SLOT_LOCAL_RANK], 32, "LOCAL_RANK=%d", r);
-	snprintf(rank_str[SLOT_ROLE_RANK], 32, "ROLE_RANK=%d", r);
+	snprintf(rank_str[SLOT_ROLE_RANK], 32, "ROLE_RANK=%d",
+		 job->rank_offset + r);
 	rk->t_start = now_mono();
 	/* vfork: the child borrows our memory until it execs, so no page
 	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The

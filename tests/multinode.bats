@@ -68,8 +68,8 @@ node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
 	hosts 2
 	node 0 2 3 --timeout 120s "$CTESTS/coll_check" all & p0=$!
 	node 1 2 1 --timeout 120s "$CTESTS/coll_check" all & p1=$!
-	wait $p0; s0=$?
-	wait $p1; s1=$?
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
 	cat "$TMP/n0" "$TMP/n1"
 	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
 	for r in 0 1 2; do grep -q "^\[$r\] rank $r: ok" "$TMP/n0"; done
@@ -114,8 +114,8 @@ node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
 	chmod +x "$TMP/fail.sh"
 	node 0 2 2 "$TMP/fail.sh" & p0=$!
 	node 1 2 2 "$TMP/fail.sh" & p1=$!
-	wait $p0; s0=$?
-	wait $p1; s1=$?
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
 	cat "$TMP/n0" "$TMP/n1"
 	[ "$s0" -eq 7 ] && [ "$s1" -eq 7 ]
 	grep -q "rank 3 on node 1 exited with status 7" "$TMP/n0"
@@ -131,7 +131,7 @@ node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
 	node1_sleeping() { [ -n "$(ns_pids 1 sleep)" ]; }
 	wait_until 30 node1_sleeping
 	kill -9 $(ns_pids 1 distrun)
-	wait $p0; s0=$?
+	s0=0; wait $p0 || s0=$?
 	cat "$TMP/n0"
 	[ "$s0" -ne 0 ]
 	grep -q "node 1 was lost" "$TMP/n0"
@@ -151,13 +151,13 @@ node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
 	hosts 3
 	node 0 2 1 --join-timeout 30s "$EXAMPLES/01_barrier" & p0=$!
 	head -c 32 /dev/urandom >"$TMP/other" && chmod 600 "$TMP/other"
+	s2=0
 	DISTRUN_SECRET_FILE=$TMP/other on 2 "$DISTRUN" --nnodes 2 \
 		--node-rank 1 --master-addr "$NET.1" --master-port 29611 \
-		--join-timeout 3s -n 1 true >"$TMP/n2" 2>&1
-	s2=$?
+		--join-timeout 3s -n 1 true >"$TMP/n2" 2>&1 || s2=$?
 	node 1 2 1 "$EXAMPLES/01_barrier" & p1=$!
-	wait $p0; s0=$?
-	wait $p1; s1=$?
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
 	cat "$TMP"/n?
 	[ "$s2" -ne 0 ]
 	grep -q "do not share the job's secret" "$TMP/n2"

@@ -43,6 +43,12 @@ help_options() {
 		--timeout|--grace) run "$DISTRUN" "$opt" 5s true ;;
 		--report) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
 		--master-addr|--master_addr) run "$DISTRUN" "$opt" 127.0.0.1 true ;;
+		--nnodes) run "$DISTRUN" "$opt" 1 true ;;
+		--node-rank|--node_rank) run "$DISTRUN" "$opt" 0 true ;;
+		--rdzv-backend|--rdzv_backend) run "$DISTRUN" "$opt" static true ;;
+		--rdzv-endpoint|--rdzv_endpoint) run "$DISTRUN" "$opt" 127.0.0.1:29500 true ;;
+		--rdzv-id|--rdzv_id) run "$DISTRUN" "$opt" job1 true ;;
+		--join-timeout) run "$DISTRUN" "$opt" 5s true ;;
 		*) run "$DISTRUN" "$opt" true ;;
 		esac
 		[ "$status" -eq 0 ] || { echo "$opt: $output"; false; }
