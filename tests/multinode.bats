@@ -163,3 +163,71 @@ node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
 	grep -q "do not share the job's secret" "$TMP/n2"
 	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
 }
+
+# etcd_up: a real etcd server in host 0, listening on $NET.1:2379 only.
+etcd_up() {
+	command -v etcd >/dev/null || skip "etcd-server is not installed"
+	on 0 etcd --name drt --data-dir "$TMP/etcd" \
+		--listen-client-urls "http://$NET.1:2379" \
+		--advertise-client-urls "http://$NET.1:2379" \
+		--listen-peer-urls "http://127.0.0.1:2380" \
+		--initial-advertise-peer-urls "http://127.0.0.1:2380" \
+		--initial-cluster "drt=http://127.0.0.1:2380" \
+		>"$TMP/etcd.log" 2>&1 &
+	etcd_ready() { on 0 curl -sf -X POST "http://$NET.1:2379/v3/kv/range" -d '{"key":"eA=="}' >/dev/null; }
+	wait_until 30 etcd_ready
+}
+
+enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
+	local i=$1 nn=$2; shift 2
+	on "$i" "$DISTRUN" --rdzv-backend etcd --rdzv-endpoint "$NET.1:2379" \
+		--rdzv-id "job$BATS_TEST_NUMBER" --nnodes "$nn" "$@" \
+		>"$TMP/n$i" 2>&1
+}
+
+@test "etcd: three nodes of 2:3 meet, get distinct node ranks and run every collective" {
+	hosts 3
+	etcd_up
+	enode 0 2:3 -n 2 --timeout 120s "$CTESTS/coll_check" all & p0=$!
+	enode 1 2:3 -n 1 --timeout 120s "$CTESTS/coll_check" all & p1=$!
+	enode 2 2:3 -n 1 --timeout 120s "$CTESTS/coll_check" all & p2=$!
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	s2=0; wait $p2 || s2=$?
+	cat "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] && [ "$s2" -eq 0 ]
+	[ "$(cat "$TMP"/n? | grep -c 'rank [0-3]: ok$')" -eq 4 ]
+}
+
+@test "etcd: a node after the last call is told it came too late; the others run" {
+	hosts 3
+	etcd_up
+	cat >"$TMP/env.sh" <<-'EOF2'
+	#!/bin/sh
+	echo "G=$GROUP_RANK W=$WORLD_SIZE"
+	sleep 12
+	EOF2
+	chmod +x "$TMP/env.sh"
+	enode 0 2:3 -n 1 "$TMP/env.sh" & p0=$!
+	enode 1 2:3 -n 1 "$TMP/env.sh" & p1=$!
+	in_job() { grep -q "G=" "$TMP/n0" && grep -q "G=" "$TMP/n1"; }
+	wait_until 60 in_job
+	s2=0; enode 2 2:3 -n 1 "$TMP/env.sh" || s2=$?
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP"/n?
+	[ "$s2" -eq 1 ]
+	grep -q "is closed: its job started with 2 nodes; this node came too late" "$TMP/n2"
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+	cat "$TMP/n0" "$TMP/n1" | grep -q "G=0 W=2"
+	cat "$TMP/n0" "$TMP/n1" | grep -q "G=1 W=2"
+}
+
+@test "etcd: fewer than MIN nodes fail at the join timeout, saying so" {
+	hosts 1
+	etcd_up
+	s0=0; enode 0 2:3 -n 1 --join-timeout 3s true || s0=$?
+	cat "$TMP/n0"
+	[ "$s0" -eq 1 ]
+	grep -q "not enough nodes (at least 2) within 3s" "$TMP/n0"
+}
