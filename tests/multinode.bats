@@ -231,3 +231,15 @@ enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
 	[ "$s0" -eq 1 ]
 	grep -q "not enough nodes (at least 2) within 3s" "$TMP/n0"
 }
+
+@test "srun distrun inside a one-node Slurm step runs the job on that node alone" {
+	if [ -z "${SLURM_CONF:-}" ] || ! command -v srun >/dev/null; then
+		[ -z "${DISTRUN_REQUIRE_SLURM:-}" ] || { echo "no Slurm"; false; }
+		skip "no Slurm running (.ci/run starts one with scripts/slurm-local)"
+	fi
+	run timeout 300 srun -N 1 -n 1 "$DISTRUN" -n 3 --timeout 120s \
+		"$CTESTS/coll_check" all
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'rank [0-2]: ok$' <<<"$output")" -eq 3 ]
+}
