@@ -45,6 +45,7 @@ enum {
 	OPT_RDZV_ID,
 	OPT_RDZV_ID_US,
 	OPT_JOIN_TIMEOUT,
+	OPT_IFACE,
 };
 
 struct opt_def {
@@ -80,6 +81,8 @@ static const struct opt_def opt_table[] = {
 	{ OPT_RDZV_ID_US, "rdzv_id", "ID", NULL },
 	{ OPT_JOIN_TIMEOUT, "join-timeout", "DURATION",
 	  "how long nodes may take to join (default 10m)" },
+	{ OPT_IFACE, "iface", "NAME",
+	  "the network interface ranks listen on (DISTRUN_IFACE)" },
 	{ OPT_RAW, "raw", NULL,
 	  "print the ranks' lines without the [rank] label" },
 	{ OPT_RANKS, "ranks", "LIST",
@@ -334,6 +337,15 @@ int opts_parse(struct opts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			o->rdzv_id = optarg;
+			break;
+		case OPT_IFACE:
+			/* The ranks read it at init (runtime/init.c). */
+			if (!*optarg || strlen(optarg) >= 16 ||
+			    setenv("DISTRUN_IFACE", optarg, 1)) {
+				usage_hint("--iface '%s': not an interface name",
+					   optarg);
+				return EXIT_USAGE;
+			}
 			break;
 		case OPT_JOIN_TIMEOUT:
 			if (parse_duration(optarg, &o->join_timeout) ||

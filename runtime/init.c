@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -133,12 +134,50 @@ dri_store *dri_world_store(void)
 
 /* This rank's address as the master sees it: the local end of the store
  * connection, which is on a route the other ranks can use too. */
+/* DISTRUN_IFACE=NAME: the address of that interface (IPv4 first), for a
+ * host whose route to rank 0 is not the interface the job should use. */
+static dr_err iface_host(const char *name, char *buf, size_t size)
+{
+	struct ifaddrs *ifs, *a;
+	char tmp[INET6_ADDRSTRLEN] = "";
+	int found = 0;
+
+	if (getifaddrs(&ifs))
+		return dri_fail(DR_ESYS, "DISTRUN_IFACE=%s: getifaddrs: %s",
+				name, strerror(errno));
+	for (int fam = AF_INET; fam && !*tmp; fam = fam == AF_INET ? AF_INET6 : 0)
+		for (a = ifs; a && !*tmp; a = a->ifa_next) {
+			if (strcmp(a->ifa_name, name))
+				continue;
+			found = 1;
+			if (!a->ifa_addr || a->ifa_addr->sa_family != fam)
+				continue;
+			if (fam == AF_INET)
+				inet_ntop(AF_INET, &((struct sockaddr_in *)
+					  a->ifa_addr)->sin_addr, tmp, sizeof(tmp));
+			else if (!IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)
+					a->ifa_addr)->sin6_addr))
+				inet_ntop(AF_INET6, &((struct sockaddr_in6 *)
+					  a->ifa_addr)->sin6_addr, tmp, sizeof(tmp));
+		}
+	freeifaddrs(ifs);
+	if (!*tmp)
+		return dri_fail(DR_EENV, "DISTRUN_IFACE=%s: %s", name, found ?
+				"the interface has no usable address" :
+				"no such network interface");
+	snprintf(buf, size, strchr(tmp, ':') ? "[%s]" : "%s", tmp);
+	return DR_OK;
+}
+
 static dr_err local_host(int fd, char *buf, size_t size)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	char tmp[INET6_ADDRSTRLEN];
+	const char *iface = getenv("DISTRUN_IFACE");
 
+	if (iface && *iface)
+		return iface_host(iface, buf, size);
 	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
 		return dri_fail(DR_ESYS, "getsockname: %s", strerror(errno));
 	if (ss.ss_family == AF_INET) {

@@ -243,3 +243,23 @@ enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
 	[ "$status" -eq 0 ]
 	[ "$(grep -c 'rank [0-2]: ok$' <<<"$output")" -eq 3 ]
 }
+
+@test "--iface picks the interface ranks listen on; a wrong one is named" {
+	hosts 2
+	ip -n "${NS}1" link add extra type veth peer name extra2
+	ip -n "${NS}1" addr add 10.232.0.9/24 dev extra
+	ip -n "${NS}1" link set extra up
+	node 0 2 1 --iface eth0 "$EXAMPLES/01_barrier" & p0=$!
+	node 1 2 1 --iface eth0 "$EXAMPLES/01_barrier" & p1=$!
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+	node 0 2 1 --iface eth0 "$CTESTS/coll_check" init & p0=$!
+	node 1 2 1 --iface nosuch0 "$CTESTS/coll_check" init & p1=$!
+	s1=0; wait $p1 || s1=$?
+	s0=0; wait $p0 || s0=$?
+	cat "$TMP"/n?
+	[ "$s1" -ne 0 ]
+	grep -q "DISTRUN_IFACE=nosuch0: no such network interface" "$TMP/n1"
+}

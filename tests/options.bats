@@ -49,6 +49,7 @@ help_options() {
 		--rdzv-endpoint|--rdzv_endpoint) run "$DISTRUN" "$opt" 127.0.0.1:29500 true ;;
 		--rdzv-id|--rdzv_id) run "$DISTRUN" "$opt" job1 true ;;
 		--join-timeout) run "$DISTRUN" "$opt" 5s true ;;
+		--iface) run "$DISTRUN" "$opt" lo true ;;
 		*) run "$DISTRUN" "$opt" true ;;
 		esac
 		[ "$status" -eq 0 ] || { echo "$opt: $output"; false; }
