@@ -263,3 +263,34 @@ enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
 	[ "$s1" -ne 0 ]
 	grep -q "DISTRUN_IFACE=nosuch0: no such network interface" "$TMP/n1"
 }
+
+@test "a process on another host without the secret is refused by the store and by a rank; the job goes on" {
+	hosts 3
+	export DISTRUN_TIMEOUT=120s
+	node 0 2 2 --timeout 200s "$CTESTS/sec_victim" wait "$TMP" & p0=$!
+	node 1 2 1 --timeout 200s "$CTESTS/sec_victim" wait "$TMP" & p1=$!
+	have_addrs() { test -s "$TMP/addrs"; }
+	wait_until 60 have_addrs
+	sh=$(awk '$1 == "store" { print $2 }' "$TMP/addrs")
+	sp=$(awk '$1 == "store" { print $3 }' "$TMP/addrs")
+	# ranks 0 and 1 (host 0) wait in dr_recv from rank 2 (host 1)
+	r1=$(awk '$1 == "rank" && $2 == 1 { print $3 }' "$TMP/addrs")
+	r2=$(awk '$1 == "rank" && $2 == 2 { print $3 }' "$TMP/addrs")
+	[[ "$sh" == "$NET.1" ]] && [[ "$r1" == "$NET.1:"* ]] &&
+		[[ "$r2" == "$NET.2:"* ]]
+	unset DISTRUN_SECRET_FILE
+	run on 2 env HOME="$TMP/h" "$CTESTS/attacker" store "$sh" "$sp"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^refused:' <<<"$output")" -eq 7 ]
+	ATTACK_WORLD=3 run on 2 env HOME="$TMP/h" "$CTESTS/attacker" transport "$r1"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^refused:' <<<"$output")" -eq 3 ]
+	touch "$TMP/go"
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+	[ "$(cat "$TMP"/n? | grep -c 'rank [0-2]: ok$')" -eq 3 ]
+}
