@@ -392,6 +392,7 @@ void job_release(struct job *job)
 			close(rk->err_fd);
 		if (rk->errpipe >= 0)
 			close(rk->errpipe);
+		free(rk->err_tail);
 	}
 	free(job->ranks);
 	job->ranks = NULL;

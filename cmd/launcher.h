@@ -73,6 +73,9 @@ struct opts {
 	double join_timeout;       /* seconds for every node to join */
 	bool master_addr_given;
 	bool master_port_given;
+	int *sizes, nsizes;        /* -n as a list of world sizes (ci.h) */
+	const char *junit;         /* --junit FILE, NULL: none */
+	const char *tap;           /* --tap FILE, NULL: none */
 };
 
 /* Parses argv into *o.  Returns 0, or the exit status to use at once:
@@ -106,7 +109,13 @@ struct rank {
 	bool stopped;              /* was running when distrun stopped it */
 	double t_start, t_end;     /* monotonic seconds */
 	struct rusage ru;
+	char *err_tail;            /* last STDERR_TAIL bytes of stderr, a ring
+				      (report.c), NULL until it prints */
+	size_t err_bytes;          /* bytes of stderr seen */
 };
+
+/* How much of each rank's stderr the JSON report keeps for failing ranks. */
+#define STDERR_TAIL 4096
 
 /* ------------------------------------------------------------ job */
 
@@ -217,6 +226,8 @@ const char *rank_list_str(const uint8_t *flags, int n, char *buf, size_t sz);
 const char *signal_name(int sig);
 /* "exit status 3", "killed by SIGSEGV", "running", ... into buf. */
 const char *rank_status_str(const struct rank *rk, char *buf, size_t n);
+/* Keeps the end of rank r's stderr for the report (called by mux.c). */
+void report_tail_add(struct rank *rk, const char *p, size_t n);
 void report_summary(struct job *job);
 int report_json(struct job *job);
 

@@ -16,6 +16,7 @@
 
 #include "launcher.h"
 #include "nodes.h"
+#include "ci.h"
 
 /* A run id unique per job: random, so that two jobs never share one. */
 static void make_run_id(struct job *job)
@@ -128,10 +129,19 @@ int main(int argc, char **argv)
 			   .guard_fd = -1, .devnull = -1, .first_fail = -1 };
 	int rc;
 
+	/* `distrun test ...` (a program named test: `distrun ./test`). */
+	if (argc > 1 && !strcmp(argv[1], "test"))
+		return test_main(argc - 1, argv + 1);
 	rc = opts_parse(&o, argc, argv);
 	if (rc) {
 		opts_release(&o);
 		return rc < 0 ? 0 : rc;
+	}
+	/* Several world sizes, --junit or --tap: a child distrun per run. */
+	if (o.nsizes > 1 || o.junit || o.tap) {
+		rc = sweep_main(&o, argc, argv);
+		opts_release(&o);
+		return rc;
 	}
 	rc = 1;
 	job.real_t0 = now_real();

@@ -396,6 +396,8 @@ int mux_read(struct job *job, int r, int s)
 			left -= w;
 		}
 	}
+	if (s)
+		report_tail_add(rk, mux.rbuf, n);
 	if (job->o->show[r])
 		split_lines(job, r, s, mux.rbuf, n);
 	return 1;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "launcher.h"
+#include "ci.h"
 
 enum {
 	OPT_NPROC = 'n',
@@ -46,6 +47,8 @@ enum {
 	OPT_RDZV_ID_US,
 	OPT_JOIN_TIMEOUT,
 	OPT_IFACE,
+	OPT_JUNIT,
+	OPT_TAP,
 };
 
 struct opt_def {
@@ -57,7 +60,8 @@ struct opt_def {
 
 static const struct opt_def opt_table[] = {
 	{ OPT_NPROC, "nproc-per-node", "N",
-	  "number of ranks to start (1 to 4096, default 1)" },
+	  "number of ranks to start (1 to 4096, default 1); a list "
+	  "(1,2,4 or 1-8) runs the job once per size" },
 	{ OPT_NPROC_US, "nproc_per_node", "N", NULL },
 	{ OPT_MASTER_ADDR, "master-addr", "ADDR",
 	  "MASTER_ADDR for the ranks (default 127.0.0.1)" },
@@ -99,6 +103,10 @@ static const struct opt_def opt_table[] = {
 	  "delay from SIGTERM to SIGKILL (default 5s)" },
 	{ OPT_REPORT, "report", "FILE",
 	  "write the per-rank summary as JSON to FILE" },
+	{ OPT_JUNIT, "junit", "FILE",
+	  "write the result as JUnit XML to FILE" },
+	{ OPT_TAP, "tap", "FILE",
+	  "write the result as TAP version 13 to FILE (- for stdout)" },
 	{ OPT_SUMMARY, "summary", NULL,
 	  "always print the summary (default: on failure)" },
 	{ OPT_QUIET, "quiet", NULL,
@@ -262,12 +270,20 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		switch (c) {
 		case OPT_NPROC:
 		case OPT_NPROC_US:
-			if (parse_int(optarg, 1, MAX_RANKS, &v)) {
-				usage_hint("invalid number of ranks '%s' "
-					   "(expected 1 to 4096)", optarg);
+			/* A later -n replaces an earlier one, lists too. */
+			free(o->sizes);
+			o->sizes = NULL;
+			if (parse_sizes(optarg, &o->sizes, &o->nsizes)) {
+				o->sizes = NULL;
+				usage_hint(strpbrk(optarg, ",-") ?
+					   "invalid world sizes '%s' (expected "
+					   "a list like 1,2,4 or 1-8 of sizes "
+					   "1 to 4096)" : "invalid number of "
+					   "ranks '%s' (expected 1 to 4096)",
+					   optarg);
 				return EXIT_USAGE;
 			}
-			o->nranks = (int)v;
+			o->nranks = o->sizes[0];
 			o->nranks_given = true;
 			break;
 		case OPT_NNODES: {
@@ -418,6 +434,12 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_REPORT:
 			o->report = optarg;
 			break;
+		case OPT_JUNIT:
+			o->junit = *optarg ? optarg : NULL;  /* "": none */
+			break;
+		case OPT_TAP:
+			o->tap = *optarg ? optarg : NULL;
+			break;
 		case OPT_SUMMARY:
 			o->summary = true;
 			break;
@@ -451,6 +473,8 @@ int opts_parse(struct opts *o, int argc, char **argv)
 	}
 	if (!o->nranks)
 		o->nranks = 1;  /* as torchrun's default */
+	if (o->nsizes > 1)
+		o->nranks = MAX_RANKS;  /* --ranks is checked per size */
 	o->argv = argv + optind;
 	o->argc = argc - optind;
 	if (o->ranks_arg) {
@@ -471,4 +495,6 @@ void opts_release(struct opts *o)
 {
 	free(o->show);
 	o->show = NULL;
+	free(o->sizes);
+	o->sizes = NULL;
 }

@@ -5,15 +5,20 @@
  * Both show, per rank, its exit status or signal, wall time (from fork to
  * reap), user and system CPU time and maximum resident set size, as wait4()
  * reported them for the rank and the descendants it waited for; and the
- * same for distrun itself (what launching and the output cost).
+ * same for distrun itself (what launching and the output cost).  The JSON
+ * also has the last lines of each failing rank's stderr (STDERR_TAIL
+ * bytes, kept in a ring per rank as mux.c reads them), so a CI log shows
+ * the traceback next to the verdict.
  */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 
 #include "launcher.h"
+#include "ci.h"
 
 const char *signal_name(int sig)
 {
@@ -69,6 +74,77 @@ const char *rank_list_str(const uint8_t *flags, int n, char *buf, size_t sz)
 	if (!len)
 		snprintf(buf, sz, "none");
 	return buf;
+}
+
+void report_tail_add(struct rank *rk, const char *p, size_t n)
+{
+	if (!rk->err_tail) {
+		rk->err_tail = malloc(STDERR_TAIL);
+		if (!rk->err_tail)
+			return;
+	}
+	if (n > STDERR_TAIL) {
+		rk->err_bytes += n - STDERR_TAIL;
+		p += n - STDERR_TAIL;
+		n = STDERR_TAIL;
+	}
+	while (n > 0) {
+		size_t at = rk->err_bytes % STDERR_TAIL,
+		       k = n < STDERR_TAIL - at ? n : STDERR_TAIL - at;
+
+		memcpy(rk->err_tail + at, p, k);
+		rk->err_bytes += k;
+		p += k;
+		n -= k;
+	}
+}
+
+/* The kept end of a rank's stderr from its first whole line, as valid
+ * UTF-8 ('?' for bytes that are not).  Returns a JSON string or NULL. */
+static json_t *stderr_tail(const struct rank *rk)
+{
+	size_t n = rk->err_bytes < STDERR_TAIL ? rk->err_bytes : STDERR_TAIL,
+	       start = rk->err_bytes - n, i = 0, len = 0;
+	unsigned char *lin = malloc(n + 1);
+	char *out = malloc(n + 1);
+	json_t *j = NULL;
+
+	if (!rk->err_tail || !lin || !out)
+		goto out;
+	for (size_t k = 0; k < n; k++)
+		lin[k] = rk->err_tail[(start + k) % STDERR_TAIL];
+	if (start) {
+		/* The first line was cut: start at the next one. */
+		while (i < n && lin[i] != '\n')
+			i++;
+		i = i < n ? i + 1 : 0;
+	}
+	for (const unsigned char *p = lin + i, *end = lin + n; p < end;) {
+		const unsigned char *c = p;
+
+		if (ci_utf8_next(&p, end) < 0 || *c == 0)
+			out[len++] = '?';
+		else
+			while (c < p)
+				out[len++] = (char)*c++;
+	}
+	j = json_stringn(out, len);
+out:
+	free(lin);
+	free(out);
+	return j;
+}
+
+/* Whether the report carries a rank's stderr tail: a rank that failed on
+ * its own, or every rank when the job was stopped from outside (a
+ * timeout, a signal), where any of them may be the one that hangs. */
+static bool wants_tail(const struct job *job, const struct rank *rk)
+{
+	if (!rk->err_bytes || rk->state == RANK_NEW)
+		return false;
+	if (job->first_fail < 0 && (job->timed_out || job->stop_signal))
+		return true;
+	return rk->state == RANK_EXITED && !rk->stopped && rk->status != 0;
 }
 
 static double tv_sec(struct timeval tv)
@@ -236,6 +312,8 @@ int report_json(struct job *job)
 				    json_real(tv_sec(rk->ru.ru_stime)));
 		json_object_set_new(j, "maxrss_kib",
 				    json_integer(rk->ru.ru_maxrss));
+		if (wants_tail(job, rk))
+			json_object_set_new(j, "stderr_tail", stderr_tail(rk));
 		json_array_append_new(ranks, j);
 	}
 	json_object_set(root, "ranks", ranks);
