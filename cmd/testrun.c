@@ -1253,8 +1253,10 @@ int sweep_main(struct opts *o, int argc, char **argv)
 	struct runner ru = { .jobs = 1, .sweep = true, .sigfd = -1,
 			     .timeout = 0, .grace = o->grace,
 			     .output_dir = o->output_dir };
+	int one = o->nranks;       /* no -n: --junit or --tap of one run */
 	struct ci_test t = { .argv = o->argv, .argc = o->argc,
-			     .sizes = o->sizes, .nsizes = o->nsizes };
+			     .sizes = o->nsizes ? o->sizes : &one,
+			     .nsizes = o->nsizes ? o->nsizes : 1 };
 	const char *base = strrchr(o->argv[0], '/');
 	struct ci_list list = { 0 };
 	int nprefix = (int)(o->argv - argv) - 1, rc = 1, first = 0;
@@ -1278,8 +1280,8 @@ int sweep_main(struct opts *o, int argc, char **argv)
 		ru.timeout = o->timeout;
 	if (setup_runner(&ru))
 		goto out;
-	for (int k = 0; k < o->nsizes; k++)
-		if (add_case(&ru, &list, &t, o->sizes[k]))
+	for (int k = 0; k < t.nsizes; k++)
+		if (add_case(&ru, &list, &t, t.sizes[k]))
 			goto out;
 	if (run_cases(&ru, argv + 1, nprefix))
 		goto out;

@@ -27,7 +27,8 @@ help_options() {
 
 @test "every option the man page mentions anywhere exists" {
 	for opt in $(sed 's/\\-/-/g' "$SRCDIR/man/distrun.1" | long_opts); do
-		help_options | grep -q -- "$opt\b" || { echo "man page names $opt"; false; }
+		{ help_options; "$DISTRUN" test --help | sed -n '/^Test options:/,/^$/p'; } |
+			grep -q -- "$opt\b" || { echo "man page names $opt"; false; }
 	done
 }
 
@@ -42,6 +43,7 @@ help_options() {
 		--color) run "$DISTRUN" "$opt" never true ;;
 		--timeout|--grace) run "$DISTRUN" "$opt" 5s true ;;
 		--report) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
+		--junit|--tap) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/$opt.out" true ;;
 		--master-addr|--master_addr) run "$DISTRUN" "$opt" 127.0.0.1 true ;;
 		--nnodes) run "$DISTRUN" "$opt" 1 true ;;
 		--node-rank|--node_rank) run "$DISTRUN" "$opt" 0 true ;;
