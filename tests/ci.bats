@@ -426,3 +426,14 @@ EOF
 	[[ "$output" == *"0% tests passed, 1 tests failed out of 1"* ]]
 	[[ "$output" == *"distrun: rank 1 exited with status 1"* ]]
 }
+
+@test "the README's example list runs as the README says" {
+	mkdir -p "$BATS_TEST_TMPDIR/tests"
+	sed -n '/^# tests\/smoke.list/,/^```/p' "$SRCDIR/README.md" | sed '$d' |
+		sed "s|\.\./build/|$B/|g" >"$BATS_TEST_TMPDIR/tests/smoke.list"
+	[ "$(grep -vc '^#' "$BATS_TEST_TMPDIR/tests/smoke.list")" -eq 5 ]
+	run "$DISTRUN" test "$BATS_TEST_TMPDIR/tests/smoke.list"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"distrun test: 8 cases, 6 passed, 0 failed, 0 errors, 1 xfail, 0 xpass, 1 skipped"* ]]
+}
