@@ -358,6 +358,13 @@ static char *failure_text(json_t *rep)
 		       strlen(json_string_value(diag)));
 		if (b.len && b.s[b.len - 1] != '\n')
 			sb_add(&b, "\n", 1);
+	} else if (json_is_string(json_object_get(diag, "text"))) {
+		/* diag.c's object: its text is what a person reads. */
+		const char *t = json_string_value(json_object_get(diag, "text"));
+
+		sb_add(&b, t, strlen(t));
+		if (b.len && b.s[b.len - 1] != '\n')
+			sb_add(&b, "\n", 1);
 	} else if (diag && !json_is_null(diag)) {
 		char *d = json_dumps(diag, JSON_INDENT(2));
 
@@ -381,8 +388,14 @@ static char *failure_text(json_t *rep)
 	return sb_take(&b);
 }
 
-static bool says_mismatch(const char *text)
+/* Whether the ranks made different collective calls: the diagnosis's
+ * verdict says so, or libdistrun's DR_EMISMATCH text is in a stderr tail. */
+static bool says_mismatch(json_t *rep, const char *text)
 {
+	const char *v = jstr(json_object_get(rep, "diagnosis"), "verdict");
+
+	if (v)
+		return !strcmp(v, "mismatch");
 	return text && (strstr(text, "different collective") ||
 			strstr(text, "mismatch"));
 }
@@ -481,7 +494,7 @@ static bool evaluate(struct ci_case *c, int wait_status, bool killed)
 			snprintf(msg, sizeof(msg), "rank %d exited with status "
 				 "%d", r, st);
 		}
-		if (says_mismatch(c->text))
+		if (says_mismatch(rep, c->text))
 			c->type = "mismatch";
 	} else if (!strcmp(reason, "cannot run")) {
 		c->type = "exit";

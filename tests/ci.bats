@@ -437,3 +437,17 @@ EOF
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"distrun test: 8 cases, 6 passed, 0 failed, 0 errors, 1 xfail, 0 xpass, 1 skipped"* ]]
 }
+
+@test "with --stall-timeout, a hang is a 'hang' failure whose text is the diagnosis" {
+	"$DISTRUN" --help | grep -q -- --stall-timeout || skip "this build has no --stall-timeout"
+	list=$BATS_TEST_TMPDIR/l
+	echo "name=stuck n=2 timeout=60s opt=--stall-timeout=2s opt=--grace=1s $TESTDATA/hang" >"$list"
+	run "$DISTRUN" test --junit "$BATS_TEST_TMPDIR/j.xml" "$list"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"FAIL "*"stuck[n=2]"*"hang: no progress after"* ]]
+	f=$BATS_TEST_TMPDIR/j.xml
+	xmllint --noout --schema "$XSD" "$f"
+	[ "$(xmllint --xpath 'string(//failure/@type)' "$f")" = hang ]
+	xmllint --xpath 'string(//failure)' "$f" | grep -q 'no progress for'
+}
