@@ -778,7 +778,7 @@ static int run_cases(struct runner *ru, char **prefix, int nprefix)
 	for (int i = 0; i < ru->jobs; i++)
 		slots[i].c = -1;
 	for (int i = 0; i < ru->ncases; i++)
-		if (ru->cases[i].verdict != CI_SKIP)
+		if (ru->cases[i].verdict != CI_SKIP && !ru->cases[i].attempts)
 			queue[qlen++] = i;
 	while (nrun || (qhead < qlen && !ru->interrupted)) {
 		struct pollfd pfd = { .fd = ru->sigfd, .events = POLLIN };
@@ -876,6 +876,11 @@ static int run_cases(struct runner *ru, char **prefix, int nprefix)
 			slots[i].c = -1;
 		}
 	}
+	for (int i = 0; i < ru->ncases; i++)
+		if (!ru->cases[i].attempts && ru->cases[i].verdict == CI_ERROR &&
+		    !ru->cases[i].message)
+			ru->cases[i].message = strdup(ru->interrupted ?
+				"not run: stopped by a signal" : "not run");
 	rc = 0;
 out:
 	free(slots);
@@ -951,6 +956,9 @@ static int add_case(struct runner *ru, struct ci_list *l, struct ci_test *t,
 	c->n = n;
 	c->cores = ru->cores;
 	snprintf(c->name, sizeof(c->name), "%s[n=%d]", t->name, n);
+	/* Until it has run: a case never started (Ctrl-C) is no pass. */
+	c->verdict = CI_ERROR;
+	c->type = "error";
 	if (t->skip) {
 		c->verdict = CI_SKIP;
 		c->message = strdup(t->skip);

@@ -382,8 +382,9 @@ EOF
 
 @test "SIGTERM stops distrun test and its cases; nothing is left running" {
 	list=$BATS_TEST_TMPDIR/l
-	echo "n=2 $TESTDATA/hang" >"$list"
-	"$DISTRUN" test --output-dir "$BATS_TEST_TMPDIR/o" "$list" 2>"$BATS_TEST_TMPDIR/err" &
+	printf '%s\n' "n=2 $TESTDATA/hang" "name=later true" >"$list"
+	"$DISTRUN" test --junit "$BATS_TEST_TMPDIR/j.xml" --output-dir "$BATS_TEST_TMPDIR/o" \
+		"$list" 2>"$BATS_TEST_TMPDIR/err" &
 	pid=$!
 	out=$BATS_TEST_TMPDIR/o/001-hang-n2/rank.1.stdout
 	wait_until 30 grep -q pid "$out"
@@ -393,6 +394,11 @@ EOF
 	[ "$st" -eq 143 ]
 	! kill -0 "$rank" 2>/dev/null
 	grep -q 'got SIGTERM, stopping the tests' "$BATS_TEST_TMPDIR/err"
+	# The case never started is no pass.
+	f=$BATS_TEST_TMPDIR/j.xml
+	xmllint --noout --schema "$XSD" "$f"
+	[ "$(xmllint --xpath 'string(//testcase[@name="later[n=1]"]/error/@message)' "$f")" = "not run: stopped by a signal" ]
+	[ "$(xmllint --xpath 'string(//testcase[@name="hang[n=2]"]/failure/@type)' "$f")" = signal ]
 }
 
 @test "distrun test --help lists the options the man page documents" {
@@ -450,4 +456,16 @@ EOF
 	xmllint --noout --schema "$XSD" "$f"
 	[ "$(xmllint --xpath 'string(//failure/@type)' "$f")" = hang ]
 	xmllint --xpath 'string(//failure)' "$f" | grep -q 'no progress for'
+}
+
+@test "a case distrun cannot run (a bad opt=) is an ERROR with distrun's words" {
+	list=$BATS_TEST_TMPDIR/l
+	echo 'opt=--no-such-option true' >"$list"
+	run "$DISTRUN" test --junit "$BATS_TEST_TMPDIR/j.xml" "$list"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"ERROR "*"true[n=1]"*"distrun exited with status 2 and wrote no report"* ]]
+	f=$BATS_TEST_TMPDIR/j.xml
+	xmllint --noout --schema "$XSD" "$f"
+	xmllint --xpath 'string(//error)' "$f" | grep -q "unknown option '--no-such-option'"
+	[ "$(xmllint --xpath 'string(/testsuites/@errors)' "$f")" = 1 ]
 }
