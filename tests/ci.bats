@@ -154,8 +154,10 @@ EOF
 
 @test "JUnit has each rank's labelled output and the failing rank's stderr tail" {
 	list=$BATS_TEST_TMPDIR/l
-	cat >"$list" <<'EOF'
-name=boom n=2 sh -c 'echo "out $RANK"; echo "err $RANK" >&2; [ "$RANK" = 0 ] || { echo "Traceback: rank $RANK" >&2; exit 5; }'
+	# Rank 1 fails only once rank 0 has printed (else rank 0 may be
+	# stopped first); it waits 30 s at most.
+	cat >"$list" <<EOF
+name=boom n=2 env=M=$BATS_TEST_TMPDIR/printed sh -c 'echo "out \$RANK"; echo "err \$RANK" >&2; if [ "\$RANK" = 0 ]; then touch "\$M"; exit 0; fi; i=0; while [ ! -e "\$M" ] && [ \$i -lt 3000 ]; do sleep 0.01; i=\$((i + 1)); done; echo "Traceback: rank \$RANK" >&2; exit 5'
 EOF
 	run "$DISTRUN" test --junit "$BATS_TEST_TMPDIR/j.xml" "$list"
 	[ "$status" -eq 1 ]
@@ -372,10 +374,17 @@ EOF
 	[ "$(jq '.ranks[0] | has("stderr_tail")' "$f")" = false ]
 }
 
-@test "after a timeout every rank's stderr tail is in the report" {
+@test "when distrun is stopped from outside, every rank's stderr tail is in the report" {
 	f=$BATS_TEST_TMPDIR/r.json
-	run "$DISTRUN" -n 2 --timeout 1s --grace 1s --report "$f" sh -c 'echo "stuck $RANK" >&2; exec sleep 30'
-	[ "$status" -eq 124 ]
+	o=$BATS_TEST_TMPDIR/o
+	"$DISTRUN" -n 2 --grace 1s --output-dir "$o" --report "$f" \
+		sh -c 'echo "stuck $RANK" >&2; exec sleep 60' 2>/dev/null &
+	pid=$!
+	wait_until 30 grep -q stuck "$o/rank.0.stderr"
+	wait_until 30 grep -q stuck "$o/rank.1.stderr"
+	kill -TERM $pid
+	st=0; wait $pid || st=$?
+	[ "$st" -eq 143 ]
 	[ "$(jq -r '.ranks[0].stderr_tail' "$f")" = "stuck 0" ]
 	[ "$(jq -r '.ranks[1].stderr_tail' "$f")" = "stuck 1" ]
 }
@@ -417,7 +426,7 @@ EOF
 	flags=
 	case $B in *asan*) flags=-fsanitize=address,undefined ;; esac
 	cmake -S "$src" -B "$src/build" -DMPIEXEC_EXECUTABLE="$DISTRUN" \
-		-DMPIEXEC_NUMPROC_FLAG=-n -DMPIEXEC_PREFLAGS="--timeout;60s" \
+		-DMPIEXEC_NUMPROC_FLAG=-n -DMPIEXEC_PREFLAGS="--timeout;120s" \
 		-DDISTRUN_INCLUDE="$SRCDIR/runtime" -DDISTRUN_LIB="$B/lib/libdistrun.a" \
 		-DCMAKE_C_FLAGS="$flags" >/dev/null
 	cmake --build "$src/build" >/dev/null

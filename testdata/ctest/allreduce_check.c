@@ -2,8 +2,9 @@
  * allreduce_check - an MPI-style test program for testdata/ctest: every
  * rank contributes rank + 1, all_reduce sums, and each rank checks the sum
  * is n(n+1)/2.  `--break-rank R` makes rank R contribute 100 more, so the
- * check fails; rank R reports it and exits 1 first (the others wait a
- * little), so a launcher names it as the failing rank.
+ * check fails; rank R reports it and exits 1 at once, the others only
+ * after 60 s (a launcher stops them long before), so the launcher names
+ * rank R as the failing one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@ int main(int argc, char **argv)
 	}
 	if (v != n * (n + 1) / 2) {
 		if (rank != broken)
-			sleep(5);  /* stopped by the launcher before that */
+			sleep(60);  /* stopped by the launcher before that */
 		fprintf(stderr, "rank %d: sum %d, expected %d\n", rank,
 			(int)v, n * (n + 1) / 2);
 		return 1;
