@@ -478,3 +478,38 @@ EOF
 	xmllint --xpath 'string(//error)' "$f" | grep -q "unknown option '--no-such-option'"
 	[ "$(xmllint --xpath 'string(/testsuites/@errors)' "$f")" = 1 ]
 }
+
+@test "lists of random bytes and broken quoting are refused or run, never crash" {
+	dir=$BATS_TEST_TMPDIR/rand
+	mkdir -p "$dir"
+	"$PY" - "$dir" <<'PYEOF'
+import os, random, sys
+random.seed(11)
+words = ["n=", "n=1,2", "n=0", "timeout=", "env=", "env=A=1", "exit=SIGSEGV",
+         "stdout[", "stdout[0]=", "stderr[1-]=x", "'", '"', "\\", "#", "--",
+         "xfail=", "skip=", "opt=-", "true", "=", "[", "]", "\n", " ", "\t"]
+valid = ["n=1 true", "n=1,2 stdout[1]=. sh -c 'echo $RANK'", "exit=1 false",
+         "xfail=known false", "skip=later nothing", "# comment", "",
+         "name='q x' env=A=1 true", "true \\\n  arg", 'n=2 -- "true" a=b']
+for i in range(60):
+    with open(os.path.join(sys.argv[1], "l%02d" % i), "wb") as f:
+        if i % 3 == 0:
+            f.write(os.urandom(random.randint(0, 400)))
+        elif i % 3 == 1:
+            f.write("\n".join(random.choice(valid)
+                              for _ in range(random.randint(1, 4))).encode())
+        else:
+            f.write("".join(random.choice(words) + random.choice(" \n")
+                            for _ in range(random.randint(1, 40))).encode())
+PYEOF
+	for f in "$dir"/l*; do
+		st=0
+		# A list that parses runs `true` or fails: always with a timeout.
+		"$DISTRUN" test -q --timeout 20s "$f" >/dev/null 2>"$dir/err" || st=$?
+		[ "$st" -le 2 ] || { echo "$f: exit status $st"; cat "$dir/err"; false; }
+		if [ "$st" -eq 2 ]; then
+			grep -q "^distrun: $f:[0-9]*: \|^distrun: test list $f: no tests$" "$dir/err" ||
+				{ echo "$f: no FILE:LINE error"; cat "$dir/err"; false; }
+		fi
+	done
+}
