@@ -161,9 +161,14 @@ dr_err dri_coll_check(const char *call, dr_group *group, dr_group **out,
 /* root (a world rank) must be a member of g: DR_EINVAL otherwise. */
 dr_err dri_coll_check_root(const char *call, const dr_group *g, int root,
 			   const char *what);
-/* A buffer of n elements may be NULL only when n == 0. */
-dr_err dri_coll_check_buf(const char *call, const void *buf, size_t n,
-			  const char *what);
+/* The one check of a buffer argument, used by every collective and
+ * point-to-point entry point: a buffer of count x mult elements of dtype
+ * (mult: the group size for gather's recvbuf and the like, else 1) must
+ * have a size that fits in memory without wrapping (DR_EINVAL naming the
+ * count otherwise: a wrapped size would send or reduce the wrong number
+ * of bytes), and may be NULL only when it is empty. */
+dr_err dri_coll_check_buf(const char *call, const void *buf, size_t count,
+			  size_t mult, dr_dtype dtype, const char *what);
 
 /* Fills what every collective's dri_op holds: run, the identity of its
  * messages (redop and root -1 when the call has none), group, buffers

@@ -395,7 +395,8 @@ dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 		*work = NULL;
 	err = dri_coll_check("dr_all_reduce", group, &g, dtype, (int)redop);
 	if (!err)
-		err = dri_coll_check_buf("dr_all_reduce", buf, count, "buf");
+		err = dri_coll_check_buf("dr_all_reduce", buf, count, 1, dtype,
+					 "buf");
 	if (err)
 		return err;
 	memset(&op, 0, sizeof(op));

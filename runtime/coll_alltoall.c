@@ -152,15 +152,18 @@ static dr_err all_to_all_submit(const char *call, const void *sendbuf,
 					"to itself)", call, g->rank,
 					send_counts[g->rank], g->rank,
 					recv_counts[g->rank]);
+		err = dri_coll_check_buf(call, sendbuf, stotal, 1, dtype,
+					 "sendbuf");
+		if (!err)
+			err = dri_coll_check_buf(call, recvbuf, rtotal, 1, dtype,
+						 "recvbuf");
 	} else {
-		if (count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
-			return dri_fail(DR_EINVAL, "%s: count %zu is too large",
-					call, count);
-		stotal = rtotal = count * (size_t)g->size;
+		err = dri_coll_check_buf(call, sendbuf, count, (size_t)g->size,
+					 dtype, "sendbuf");
+		if (!err)
+			err = dri_coll_check_buf(call, recvbuf, count,
+						 (size_t)g->size, dtype, "recvbuf");
 	}
-	err = dri_coll_check_buf(call, sendbuf, stotal, "sendbuf");
-	if (!err)
-		err = dri_coll_check_buf(call, recvbuf, rtotal, "recvbuf");
 	if (err)
 		return err;
 	if (send_counts) {

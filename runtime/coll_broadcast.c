@@ -84,7 +84,8 @@ dr_err dr_broadcast(void *buf, size_t count, dr_dtype dtype, int src,
 	if (!err)
 		err = dri_coll_check_root("dr_broadcast", g, src, "src");
 	if (!err)
-		err = dri_coll_check_buf("dr_broadcast", buf, count, "buf");
+		err = dri_coll_check_buf("dr_broadcast", buf, count, 1, dtype,
+					 "buf");
 	if (err)
 		return err;
 	memset(&op, 0, sizeof(op));

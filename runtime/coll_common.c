@@ -68,12 +68,22 @@ dr_err dri_coll_check_root(const char *call, const dr_group *g, int root,
 	return DR_OK;
 }
 
-dr_err dri_coll_check_buf(const char *call, const void *buf, size_t n,
-			  const char *what)
+/* No buffer is larger than this: offsets and sizes computed from it
+ * (2 x bytes, bytes + a header) cannot wrap either. */
+#define BYTES_MAX (SIZE_MAX >> 4)
+
+dr_err dri_coll_check_buf(const char *call, const void *buf, size_t count,
+			  size_t mult, dr_dtype dtype, const char *what)
 {
-	if (!buf && n)
+	size_t es = (unsigned)dtype < DR_DTYPE_COUNT_ ? dr_dtype_size(dtype) : 1;
+
+	if (mult && count > BYTES_MAX / es / mult)
+		return dri_fail(DR_EINVAL, "%s: count %zu is too large (%s of "
+				"%zu x %zu bytes would not fit in memory)", call,
+				count, what, count, mult * es);
+	if (!buf && count && mult)
 		return dri_fail(DR_EINVAL, "%s: %s is NULL but holds %zu "
-				"elements", call, what, n);
+				"elements", call, what, count * mult);
 	return DR_OK;
 }
 

@@ -201,13 +201,13 @@ static dr_err gather_submit(const char *call, dri_coll coll,
 		err = dri_coll_check_root(call, g, root, "dst");
 	if (err)
 		return err;
-	if (count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
-		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
-				count);
-	err = dri_coll_check_buf(call, sendbuf, count, "sendbuf");
-	if (!err && (root < 0 || root == dr_get_rank()))
-		err = dri_coll_check_buf(call, recvbuf,
-					 count * (size_t)g->size, "recvbuf");
+	err = dri_coll_check_buf(call, sendbuf, count, 1, dtype, "sendbuf");
+	/* recvbuf's size on every rank, so that all fail alike; only the
+	 * root's is used (the others' may be NULL) */
+	if (!err)
+		err = dri_coll_check_buf(call, root < 0 || root == dr_get_rank() ?
+					 recvbuf : "", count, (size_t)g->size,
+					 dtype, "recvbuf");
 	if (err)
 		return err;
 	dri_coll_op(&op, coll == DRI_ALL_GATHER ? all_gather_run : gather_run,

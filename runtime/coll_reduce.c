@@ -131,7 +131,7 @@ dr_err dr_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 	if (!err)
 		err = dri_coll_check_root(call, g, dst, "dst");
 	if (!err)
-		err = dri_coll_check_buf(call, buf, count, "buf");
+		err = dri_coll_check_buf(call, buf, count, 1, dtype, "buf");
 	if (err)
 		return err;
 	if (count > SIZE_MAX / dr_dtype_size(dtype))

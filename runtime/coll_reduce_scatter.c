@@ -172,13 +172,11 @@ dr_err dr_reduce_scatter(const void *sendbuf, void *recvbuf, size_t count,
 	err = dri_coll_check(call, group, &g, dtype, (int)redop);
 	if (err)
 		return err;
-	if (g->size > 0 && count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
-		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
-				count);
-	err = dri_coll_check_buf(call, sendbuf, count * (size_t)g->size,
+	err = dri_coll_check_buf(call, sendbuf, count, (size_t)g->size, dtype,
 				 "sendbuf");
 	if (!err)
-		err = dri_coll_check_buf(call, recvbuf, count, "recvbuf");
+		err = dri_coll_check_buf(call, recvbuf, count, 1, dtype,
+					 "recvbuf");
 	if (err)
 		return err;
 	dri_coll_op(&op, reduce_scatter_run, DRI_REDUCE_SCATTER, g, sendbuf,

@@ -86,13 +86,12 @@ dr_err dr_scatter(const void *sendbuf, void *recvbuf, size_t count,
 		err = dri_coll_check_root(call, g, src, "src");
 	if (err)
 		return err;
-	if (count > SIZE_MAX / dr_dtype_size(dtype) / (size_t)g->size)
-		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
-				count);
-	err = dri_coll_check_buf(call, recvbuf, count, "recvbuf");
-	if (!err && src == dr_get_rank())
-		err = dri_coll_check_buf(call, sendbuf,
-					 count * (size_t)g->size, "sendbuf");
+	err = dri_coll_check_buf(call, recvbuf, count, 1, dtype, "recvbuf");
+	/* sendbuf's size on every rank, so that all fail alike; only the
+	 * root's is used (the others' may be NULL) */
+	if (!err)
+		err = dri_coll_check_buf(call, src == dr_get_rank() ? sendbuf : "",
+					 count, (size_t)g->size, dtype, "sendbuf");
 	if (err)
 		return err;
 	dri_coll_op(&op, scatter_run, DRI_SCATTER, g, sendbuf, recvbuf, count,

@@ -227,7 +227,9 @@ int64_t dri_timeout_ms(void);
 /* The timeout the current thread's waits use: op->timeout_ms while
  * dri_submit runs an op that sets one, else dri_timeout_ms(). */
 int64_t dri_op_timeout_ms(void);
-/* pthread_cond_timedwait for at most ms milliseconds from now. */
+/* Waits on cv for at most ms milliseconds from now, by CLOCK_MONOTONIC
+ * (pthread_cond_clockwait), so that setting the wall clock changes no
+ * wait.  Every condition wait of the runtime goes through here. */
 void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 /* Parses a duration: "90" (seconds), "90s", "1500ms", "5m", "1h", "1.5h".
  * DR_EINVAL for anything else, or zero/negative values. */

@@ -40,7 +40,7 @@ static dr_err p2p_prepare(const char *call, const void *buf, size_t count,
 	}
 	if (tag < 0)
 		return dri_fail(DR_EINVAL, "%s: tag %d is negative", call, tag);
-	err = dri_coll_check_buf(call, buf, count, "buf");
+	err = dri_coll_check_buf(call, buf, count, 1, dtype, "buf");
 	if (err)
 		return err;
 	/* The transport reads and writes buf with the CPU. */

@@ -249,3 +249,13 @@ finish_job() {
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	[ "$(grep -c 'init: DR_OK' <<<"$output")" -eq 2 ]
 }
+
+@test "a count whose size wraps, a NULL buffer, a dtype, op or root out of range: DR_EINVAL, nothing sent" {
+	run "$DISTRUN" --timeout 100s -n 2 "$VICTIM" args
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'rank [01]: args ok$' <<<"$output")" -eq 2 ]
+	grep -q '^\[0\] rank 0: dr_all_reduce: count [0-9]* is too large' <<<"$output"
+	grep -q '^\[0\] rank 0: dr_send: count [0-9]* is too large' <<<"$output"
+	grep -q '^\[1\] rank 1: dr_recv: count [0-9]* is too large' <<<"$output"
+}

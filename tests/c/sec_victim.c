@@ -11,6 +11,9 @@
  *   closefd     after a barrier, the last rank closes its connected
  *               sockets under the runtime, then every rank calls a barrier
  *               and prints its error
+ *   args        calls with counts whose size wraps, NULL buffers, a dtype,
+ *               op or root out of range: DR_EINVAL on the calling rank,
+ *               nothing sent, then an exact all_reduce
  *   retry PORT  alone (no launcher): an init that fails after the
  *               transport listens (world size 2, nobody else comes), then
  *               an init of a 1-rank world that must work; checks that no
@@ -129,6 +132,43 @@ static void mode_closefd(void)
 	exit(e ? 3 : 0);
 }
 
+/* A call that must fail with DR_EINVAL on this rank alone. */
+#define EXPECT_EINVAL(call)                                                  \
+	do {                                                                 \
+		dr_err e_ = (call);                                          \
+		if (e_ != DR_EINVAL)                                         \
+			DIE("%s gave %s, not DR_EINVAL: %s", #call,          \
+			    dr_err_name(e_), dr_last_error());               \
+		printf("rank %d: %s\n", rank, dr_last_error());             \
+	} while (0)
+
+static void mode_args(void)
+{
+	size_t wrap = SIZE_MAX / 4 + 2; /* x 4 bytes wraps to 8 */
+	int32_t v[4] = { 1, 2, 3, 4 }, big[64];
+
+	EXPECT_EINVAL(dr_all_reduce(v, wrap, DR_FLOAT32, DR_SUM, NULL, NULL));
+	EXPECT_EINVAL(dr_broadcast(v, wrap, DR_INT32, 0, NULL, NULL));
+	EXPECT_EINVAL(dr_reduce(v, wrap, DR_INT32, DR_SUM, 0, NULL, NULL));
+	EXPECT_EINVAL(dr_all_gather(v, big, wrap / 8, DR_INT32, NULL, NULL));
+	if (rank == 0)
+		EXPECT_EINVAL(dr_send(v, wrap, DR_INT32, 1, 3, NULL));
+	else
+		EXPECT_EINVAL(dr_recv(v, wrap, DR_INT32, 0, 3, NULL, NULL));
+	EXPECT_EINVAL(dr_all_reduce(NULL, 4, DR_INT32, DR_SUM, NULL, NULL));
+	EXPECT_EINVAL(dr_all_reduce(v, 4, (dr_dtype)99, DR_SUM, NULL, NULL));
+	EXPECT_EINVAL(dr_all_reduce(v, 4, DR_INT32, (dr_op)99, NULL, NULL));
+	EXPECT_EINVAL(dr_broadcast(v, 4, DR_INT32, size, NULL, NULL));
+	/* nothing was sent: the group goes on with exact values */
+	TRY(dr_all_reduce(v, 4, DR_INT32, DR_SUM, NULL, NULL));
+	for (int i = 0; i < 4; i++)
+		if (v[i] != size * (i + 1))
+			DIE("all_reduce after the refused calls: v[%d] = %d", i,
+			    v[i]);
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	printf("rank %d: args ok\n", rank);
+}
+
 static int count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -196,7 +236,10 @@ int main(int argc, char **argv)
 		mode_wait(argv[2]);
 	else if (!strcmp(mode, "closefd"))
 		mode_closefd();
+	else if (!strcmp(mode, "args"))
+		mode_args();
 	else
-		DIE("usage: sec_victim wait DIR | init | closefd | retry PORT");
+		DIE("usage: sec_victim wait DIR | init | closefd | args | "
+		    "retry PORT");
 	return 0;
 }
