@@ -58,6 +58,7 @@
 #define PENDING_MAX 64   /* incoming connections not yet authenticated */
 #define RECONNECT_MAX 50 /* connections dropped before the handshake ended */
 #define PAUSE_MS 100     /* not watching the listener, at EMFILE */
+#define CANCELLED_MAX 64 /* late messages of cancelled receives remembered */
 #define SOCKBUF (4 << 20)
 #define ABORT_TEXT_MAX 4096
 #define STAGE_LEN 16384
@@ -158,6 +159,13 @@ static struct {
 	int cap_pfd;
 	dr_err abort_err;
 	char abort_msg[1024];
+	/* receives that timed out without being fatal (monitored barrier):
+	 * their message, if it comes after all, is dropped (a ring) */
+	struct {
+		dri_msg_id id;
+		int peer;
+	} cancelled[CANCELLED_MAX];
+	int ncancelled, cancelled_next;
 } tp = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.cv = PTHREAD_COND_INITIALIZER,
@@ -556,6 +564,29 @@ static int id_equal(const dri_msg_id *a, const dri_msg_id *b)
 	       a->seq == b->seq && a->count == b->count &&
 	       a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
 	       a->tag == b->tag;
+}
+
+/* Whether a message with id, arriving for the monitored barrier's
+ * receive r, shows that its sender moved on to a later call of the group:
+ * it gave up on this rank (arriving late) and sends no verdict.  The
+ * receive then times out (not fatal) and the message waits for the call
+ * it belongs to. */
+static int moved_on(const dri_req *r, const dri_msg_id *id)
+{
+	return r->id.coll == DRI_MONITORED_BARRIER && id->coll != DRI_P2P &&
+	       id->group_id == r->id.group_id && id->seq > r->id.seq;
+}
+
+/* Whether a message from peer i with id is the late one of a receive
+ * that timed out (it is then forgotten: it comes once). */
+static int cancelled_take(int i, const dri_msg_id *id)
+{
+	for (int k = 0; k < tp.ncancelled; k++)
+		if (tp.cancelled[k].peer == i && id_equal(&tp.cancelled[k].id, id)) {
+			tp.cancelled[k].peer = -1;
+			return 1;
+		}
+	return 0;
 }
 
 /* Checks a message from src against the receive r; aborts on mismatch. */
@@ -1189,6 +1220,10 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 	for (m = tp.uq_head; m; m = m->next)
 		if ((peer < 0 || m->src == peer) && id_key_match(id, &m->id))
 			break;
+	if (m && moved_on(req, &m->id)) {
+		req_finish(req, DR_ETIMEDOUT);
+		goto out;
+	}
 	if (m) {
 		struct peer *p = &tp.peers[m->src];
 		uq_unlink(m);
@@ -1288,9 +1323,16 @@ static void on_header(int i)
 			     tp.rank, i, (unsigned long long)h->len, what);
 		return;
 	}
+	if (cancelled_take(i, &h->id))
+		return; /* read and dropped (rx_dest NULL) */
 	for (r = tp.posted_head; r; r = r->next)
 		if ((r->peer < 0 || r->peer == i) && id_key_match(&r->id, &h->id))
 			break;
+	if (r && moved_on(r, &h->id)) {
+		posted_unlink(r);
+		req_finish(r, DR_ETIMEDOUT);
+		r = NULL;
+	}
 	if (r) {
 		posted_unlink(r);
 		rx_into_req(i, r);
@@ -1693,6 +1735,14 @@ static void cancel_locked(dri_req *r)
 	if (r->complete)
 		return;
 	if (!r->is_send) {
+		if (r->peer >= 0) {
+			int k = tp.cancelled_next;
+			tp.cancelled[k].id = r->id;
+			tp.cancelled[k].peer = r->peer;
+			tp.cancelled_next = (k + 1) % CANCELLED_MAX;
+			if (tp.ncancelled < CANCELLED_MAX)
+				tp.ncancelled++;
+		}
 		posted_unlink(r);
 		for (int i = 0; i < tp.size; i++)
 			if (tp.peers[i].rx_req == r) {
@@ -1933,6 +1983,7 @@ void dri_transport_stop(void)
 		free(tp.addrs);
 	}
 	tp.addrs = NULL;
+	tp.ncancelled = tp.cancelled_next = 0;
 	tp.on = 0;
 	tp.abort_err = DR_OK;
 	pthread_mutex_unlock(&tp.mu);

@@ -259,3 +259,11 @@ finish_job() {
 	grep -q '^\[0\] rank 0: dr_send: count [0-9]* is too large' <<<"$output"
 	grep -q '^\[1\] rank 1: dr_recv: count [0-9]* is too large' <<<"$output"
 }
+
+@test "a rank arriving late at a monitored barrier: both time out, then the group goes on" {
+	run "$DISTRUN" --timeout 100s -n 2 "$VICTIM" late "$DIR"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: monitored_barrier: DR_ETIMEDOUT: Rank 1 failed to pass monitoredBarrier' <<<"$output"
+	[ "$(grep -c 'rank [01]: late ok$' <<<"$output")" -eq 2 ]
+}

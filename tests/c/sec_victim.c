@@ -14,6 +14,9 @@
  *   args        calls with counts whose size wraps, NULL buffers, a dtype,
  *               op or root out of range: DR_EINVAL on the calling rank,
  *               nothing sent, then an exact all_reduce
+ *   late DIR    (2 ranks) rank 1 calls a monitored barrier only after rank
+ *               0's timed out on it; then a barrier, an all_reduce and a
+ *               monitored barrier must work
  *   retry PORT  alone (no launcher): an init that fails after the
  *               transport listens (world size 2, nobody else comes), then
  *               an init of a 1-rank world that must work; checks that no
@@ -169,6 +172,40 @@ static void mode_args(void)
 	printf("rank %d: args ok\n", rank);
 }
 
+/* Rank 1 comes to a monitored barrier only after rank 0 gave up on it;
+ * both time out, then the group goes on. */
+static void mode_late(const char *dir)
+{
+	char path[512];
+	int32_t v = 1;
+	dr_err e;
+
+	snprintf(path, sizeof(path), "%s/gave-up", dir);
+	if (rank == 1)
+		for (int i = 0; access(path, F_OK); i++) {
+			if (i > 1200)
+				DIE("no %s after 120 s", path);
+			usleep(100000);
+		}
+	e = dr_monitored_barrier(NULL, 500, 0);
+	printf("rank %d: monitored_barrier: %s: %s\n", rank, dr_err_name(e),
+	       e ? dr_last_error() : "");
+	if (e != DR_ETIMEDOUT)
+		DIE("the monitored barrier did not time out");
+	if (rank == 0) {
+		FILE *f = fopen(path, "w");
+		if (!f)
+			DIE("cannot write %s", path);
+		fclose(f);
+	}
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	TRY(dr_all_reduce(&v, 1, DR_INT32, DR_SUM, NULL, NULL));
+	if (v != size)
+		DIE("all_reduce after the late arrival gave %d", v);
+	TRY(dr_monitored_barrier(NULL, 60000, 0));
+	printf("rank %d: late ok\n", rank);
+}
+
 static int count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -238,8 +275,10 @@ int main(int argc, char **argv)
 		mode_closefd();
 	else if (!strcmp(mode, "args"))
 		mode_args();
+	else if (!strcmp(mode, "late") && argc == 3)
+		mode_late(argv[2]);
 	else
 		DIE("usage: sec_victim wait DIR | init | closefd | args | "
-		    "retry PORT");
+		    "late DIR | retry PORT");
 	return 0;
 }
