@@ -91,7 +91,7 @@ static dr_err allreduce_ring(dri_op *op)
 	int right = dri_peer(g, dri_mod(r + 1, p));
 	int left = dri_peer(g, dri_mod(r - 1, p));
 	size_t es = dr_dtype_size(op->dtype), pe = RING_PIECE / es, np, st, n;
-	size_t nreq;
+	size_t nreq, slot = 1;
 	char *buf = op->buf, *tmp = NULL;
 	size_t *off = NULL;
 	dri_req *rr = NULL, *sr = NULL, *ag = NULL;
@@ -108,10 +108,17 @@ static dr_err allreduce_ring(dri_op *op)
 	if (!np)
 		np = 1;
 	nreq = (size_t)steps * np;
+	/* A slot holds a piece, or a whole block when blocks are smaller:
+	 * 1 MiB over 255 ranks needs 254 slots of 4 KiB, not of 512 KiB. */
+	for (int i = 0; i < p; i++)
+		if (off[i + 1] - off[i] > slot)
+			slot = off[i + 1] - off[i];
+	if (slot > pe)
+		slot = pe;
 	/* A slot per step and piece, so that every receive of the call can
 	 * be posted before any data comes: all of it lands where it belongs
 	 * instead of in the unexpected queue. */
-	tmp = dri_scratch_keep(nreq * pe * es);
+	tmp = dri_scratch_keep(nreq * slot * es);
 	rr = malloc(nreq * sizeof(*rr));
 	sr = malloc(nreq * sizeof(*sr));
 	ag = malloc(nreq * sizeof(*ag));
@@ -128,7 +135,7 @@ static dr_err allreduce_ring(dri_op *op)
 		for (size_t j = 0; j < np; j++) {
 			piece(off, pe, dri_mod(r - s - 1, p), j, &st, &n);
 			err = dri_irecv(&rr[(size_t)s * np + j], &op->id, left,
-					tmp + ((size_t)s * np + j) * pe * es, n * es);
+					tmp + ((size_t)s * np + j) * slot * es, n * es);
 			if (err)
 				goto out;
 		}
@@ -154,7 +161,7 @@ static dr_err allreduce_ring(dri_op *op)
 			if (err)
 				goto out;
 			piece(off, pe, rb, j, &st, &n);
-			err = dri_reduce(buf + st * es, tmp + k * pe * es, n,
+			err = dri_reduce(buf + st * es, tmp + k * slot * es, n,
 					 op->dtype, op->redop);
 			if (err)
 				goto out;
