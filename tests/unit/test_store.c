@@ -279,6 +279,46 @@ static int test_out_of_fds_then_served(void)
 	return 0;
 }
 
+/* Requests written straight on a client's socket, whose replies nobody
+ * reads: a stalled client. */
+static int stall(dri_store *c, int n)
+{
+	unsigned char f[16] = { 12, 0, 0, 0, 0, 0, 0, 0, 2, 3, 0, 'b', 'i', 'g' };
+
+	for (int i = 0; i < n; i++) {
+		f[4] = (unsigned char)(100 + i); /* sequence number */
+		if (send(dri_store_fd(c), f, 14, MSG_NOSIGNAL) != 14)
+			return -1;
+	}
+	return 0;
+}
+
+static int test_stalled_client_holds_up_nobody(void)
+{
+	size_t big = (size_t)32 << 20;
+	char *v = calloc(1, big);
+	dri_store *c, *d;
+	void *r;
+	size_t n;
+
+	CHECK(v);
+	CHECK(start() == 0);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 1, 5000, &d) == DR_OK);
+	CHECK(dri_store_set(d, "big", v, big) == DR_OK);
+	/* 20 GETs of 32 MiB that c never reads: the server used to block
+	 * 5 s on each reply, and destroy joined it (minutes) */
+	CHECK(stall(c, 20) == 0);
+	CHECK(dri_store_set(d, "k", "v", 1) == DR_OK);
+	CHECK(dri_store_get(d, "k", &r, &n, 5000) == DR_OK && n == 1);
+	free(r);
+	dri_store_server_stop(srv); /* at once: the runner's timeout is 60 s */
+	dri_store_close(c);
+	dri_store_close(d);
+	free(v);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_set_get_add),
 	UNIT(test_get_waits_for_set),
@@ -291,6 +331,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_stale_reply_is_not_the_next_answer),
 	UNIT(test_idle_connections_do_not_lock_out_ranks),
 	UNIT(test_out_of_fds_then_served),
+	UNIT_TIMEOUT(test_stalled_client_holds_up_nobody, 30),
 	{ 0 },
 };
 
