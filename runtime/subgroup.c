@@ -32,11 +32,15 @@ static int cmp_int(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* FNV-1a over the member list. */
+/* FNV-1a over the member count and list. */
 static uint64_t hash_ranks(const int *ranks, int n)
 {
 	uint64_t h = 1469598103934665603ull;
 
+	for (int b = 0; b < 4; b++) {
+		h ^= ((uint32_t)n >> (8 * b)) & 0xff;
+		h *= 1099511628211ull;
+	}
 	for (int i = 0; i < n; i++) {
 		uint32_t v = (uint32_t)ranks[i];
 		for (int b = 0; b < 4; b++) {
@@ -133,7 +137,10 @@ dr_err dr_new_group(const int *ranks, int n, dr_group **group)
 	}
 	op.run = agree_run;
 	op.id.coll = DRI_NEW_GROUP;
-	op.id.count = (uint64_t)n;
+	/* Not n: a different count must fail this call on every rank, as a
+	 * different list does, not abort the world as a mismatched message
+	 * would. */
+	op.id.count = 0;
 	op.id.dtype = -1;
 	op.id.op = -1;
 	op.id.root = -1;

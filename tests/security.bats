@@ -267,3 +267,12 @@ finish_job() {
 	grep -q '^\[0\] rank 0: monitored_barrier: DR_ETIMEDOUT: Rank 1 failed to pass monitoredBarrier' <<<"$output"
 	[ "$(grep -c 'rank [01]: late ok$' <<<"$output")" -eq 2 ]
 }
+
+@test "dr_new_group with another count or list on one rank fails on every rank; the world goes on" {
+	run "$DISTRUN" --timeout 100s -n 3 "$VICTIM" newgroup
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'new_group (count): DR_EMISMATCH' <<<"$output")" -eq 3 ]
+	[ "$(grep -c 'new_group (list): DR_EMISMATCH' <<<"$output")" -eq 3 ]
+	[ "$(grep -c 'rank [0-2]: newgroup ok$' <<<"$output")" -eq 3 ]
+}

@@ -17,6 +17,9 @@
  *   late DIR    (2 ranks) rank 1 calls a monitored barrier only after rank
  *               0's timed out on it; then a barrier, an all_reduce and a
  *               monitored barrier must work
+ *   newgroup    the last rank passes dr_new_group another count, then
+ *               another list: DR_EMISMATCH on every rank, and the world
+ *               goes on
  *   retry PORT  alone (no launcher): an init that fails after the
  *               transport listens (world size 2, nobody else comes), then
  *               an init of a 1-rank world that must work; checks that no
@@ -206,6 +209,38 @@ static void mode_late(const char *dir)
 	printf("rank %d: late ok\n", rank);
 }
 
+/* The last rank passes dr_new_group one member fewer (then another list
+ * of the same count): every rank fails the call, the world goes on. */
+static void mode_newgroup(void)
+{
+	int all[64], other[64];
+	dr_group *g = NULL;
+	int32_t v = 1;
+	dr_err e;
+
+	for (int i = 0; i < size && i < 64; i++)
+		all[i] = other[i] = i;
+	other[0] = size - 1; /* {n-1, 1, 2, ..., n-1}: a duplicate... */
+	other[size - 1] = 0; /* ... made a permutation, then one dropped */
+	e = dr_new_group(all, rank == size - 1 ? size - 1 : size, &g);
+	printf("rank %d: new_group (count): %s: %s\n", rank, dr_err_name(e),
+	       e ? dr_last_error() : "");
+	if (e != DR_EMISMATCH || g)
+		DIE("a different count did not fail the call with DR_EMISMATCH");
+	e = dr_new_group(rank == size - 1 ? other + 1 : all + 1, size - 1, &g);
+	printf("rank %d: new_group (list): %s: %s\n", rank, dr_err_name(e),
+	       e ? dr_last_error() : "");
+	if (e != DR_EMISMATCH || g)
+		DIE("a different list did not fail the call with DR_EMISMATCH");
+	TRY(dr_all_reduce(&v, 1, DR_INT32, DR_SUM, NULL, NULL));
+	if (v != size)
+		DIE("all_reduce after the failed new_group gave %d", v);
+	TRY(dr_new_group(all, size, &g));
+	TRY(dr_barrier(g, NULL, NULL, 0));
+	dr_group_destroy(g);
+	printf("rank %d: newgroup ok\n", rank);
+}
+
 static int count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -275,10 +310,12 @@ int main(int argc, char **argv)
 		mode_closefd();
 	else if (!strcmp(mode, "args"))
 		mode_args();
+	else if (!strcmp(mode, "newgroup"))
+		mode_newgroup();
 	else if (!strcmp(mode, "late") && argc == 3)
 		mode_late(argv[2]);
 	else
 		DIE("usage: sec_victim wait DIR | init | closefd | args | "
-		    "late DIR | retry PORT");
+		    "late DIR | newgroup | retry PORT");
 	return 0;
 }
