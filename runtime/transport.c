@@ -61,6 +61,7 @@
 #define CANCELLED_MAX 64 /* late messages of cancelled receives remembered */
 #define SOCKBUF (4 << 20)
 #define ABORT_TEXT_MAX 4096
+#define ABORT_FLUSH_MAX ((size_t)256 << 10) /* rest of a frame sent at abort */
 #define STAGE_LEN 16384
 /* A message at least this large that arrives before its receive is posted
  * waits in the socket (the peer is "parked": not read from) instead of
@@ -651,6 +652,33 @@ static void send_frame_best_effort(int fd, const dri_wire_hdr *h,
 	(void)!sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+/* Writes the rest of peer p's half-written frame without waiting, if it
+ * is at most ABORT_FLUSH_MAX bytes and the socket takes it all; 1 if it
+ * did (the stream is whole again). */
+static int finish_frame(struct peer *p)
+{
+	dri_req *r = p->sq_head;
+	size_t rh = DRI_WIRE_HDR - p->shdr_done, rp = r ? r->len - r->done : 0;
+	struct iovec iov[2];
+	struct msghdr mh;
+	ssize_t n;
+
+	if (!r || rh + rp > ABORT_FLUSH_MAX)
+		return 0;
+	iov[0].iov_base = p->shdr + p->shdr_done;
+	iov[0].iov_len = rh;
+	iov[1].iov_base = (char *)r->buf + r->done;
+	iov[1].iov_len = rp;
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = iov;
+	mh.msg_iovlen = 2;
+	n = sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0 || (size_t)n != rh + rp)
+		return 0;
+	p->shdr_ready = 0;
+	return 1;
+}
+
 static void fail_all_locked(dr_err err)
 {
 	dri_req *r, *next;
@@ -706,10 +734,15 @@ static void abort_locked(dr_err err, const char *fmt, ...)
 	h.len = strlen(tp.abort_msg);
 	for (int i = 0; tp.peers && i < tp.size; i++) {
 		struct peer *p = &tp.peers[i];
-		/* Only between frames: a half-written frame cannot be
-		 * followed by another. */
-		if (p->state == P_UP && !(p->shdr_ready && (p->shdr_done ||
-							    (p->sq_head && p->sq_head->done)))) {
+		int torn = p->shdr_ready && (p->shdr_done ||
+					     (p->sq_head && p->sq_head->done));
+		/* A half-written frame cannot be followed by another: finish
+		 * it first if the rest is small enough to go at once, so that
+		 * the peer learns why instead of taking a close mid-message
+		 * for a crash. */
+		if (p->state == P_UP && torn && finish_frame(p))
+			torn = 0;
+		if (p->state == P_UP && !torn) {
 			send_frame_best_effort(p->fd, &h, tp.abort_msg);
 			/* Half-close and keep the fd until stop: closing with
 			 * unread data would send a reset, which can destroy
