@@ -104,7 +104,8 @@ static size_t old_req(unsigned char *b, int cmd, const char *key,
 	b[5] = (unsigned char)kl;
 	b[6] = 0;
 	memcpy(b + 7, key, kl);
-	memcpy(b + 7 + kl, val, vlen);
+	if (vlen)
+		memcpy(b + 7 + kl, val, vlen);
 	return 4 + n;
 }
 
