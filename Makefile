@@ -19,6 +19,13 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -MMD -MP \
 	     -Iruntime $(CFLAGS)
+# The control blocks (runtime/ctl.c, cmd/diag.c) live in the per-job
+# segment: publish and read them once the segment's code is in the tree.
+ifneq ($(wildcard cmd/segment.c),)
+ifneq ($(wildcard runtime/seg.c),)
+ALL_CFLAGS += -DDISTRUN_SEGMENT
+endif
+endif
 ALL_LDFLAGS = $(LDFLAGS)
 LIBS_RT = -lpthread -ldl -lm
 
@@ -101,12 +108,21 @@ $(B)/pic/%.o: %.c
 	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
 # The launcher takes what it shares with the runtime (the job's keys and
-# handshake, errors) from the archive: the linker pulls only those objects.
+# handshake, errors, the names of calls, dtypes and ops for diag.c) from
+# the archive: the linker pulls only those objects.
 LIBS_CMD = -ljansson -lcurl
 $(DISTRUN): $(CMD_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(CMD_OBJ) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
+
+# The Python stack helper that distrun puts on the ranks' PYTHONPATH
+# (diag.c), found relative to the distrun binary.
+PYHELPER := $(B)/share/distrun/python/sitecustomize.py
+all: $(PYHELPER)
+$(PYHELPER): cmd/sitecustomize.py
+	@mkdir -p $(dir $@)
+	$(Q)cp $< $@
 
 $(LIB_A): $(RT_OBJ)
 	@mkdir -p $(dir $@)
@@ -237,6 +253,8 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		runtime/distrun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/distrun.pc
 	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
+	install -d $(DESTDIR)$(PREFIX)/share/distrun/python
+	install -m 644 cmd/sitecustomize.py $(DESTDIR)$(PREFIX)/share/distrun/python/sitecustomize.py
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	install -m 644 scripts/distrun.bash-completion \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/distrun

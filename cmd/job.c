@@ -164,6 +164,7 @@ static void reap(struct job *job)
 			job->first_fail = r;
 			rk->stopped = false;
 			announce_failure(job, r);
+			diag_rank_failed(job, r);
 			job_stop(job, SIGTERM);
 		}
 	}
@@ -205,6 +206,12 @@ static void handle_signals(struct job *job)
 		}
 		if (job->first_fail < 0 && !job->timed_out)
 			job->stop_signal = sig;
+		if (!job->stopping) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "got %s", signal_name(sig));
+			diag_report(job, why);
+		}
 		fprintf(stderr, "distrun: got %s, stopping the job "
 			"(again to kill it)\n", signal_name(sig));
 		job_stop(job, sig);
@@ -229,6 +236,9 @@ static void check_timers(struct job *job)
 			running ? rank_list_str(running, job->o->nranks, list,
 						sizeof(list)) : "?");
 		free(running);
+		snprintf(list, sizeof(list), "timeout after %gs",
+			 job->o->timeout);
+		diag_report(job, list);
 		job_stop(job, SIGTERM);
 	}
 	if (job->stopping && !job->killed && t >= job->kill_at) {
@@ -267,6 +277,8 @@ static int poll_timeout(struct job *job)
 		until = job->kill_at;
 	else if (job->killed)
 		until = t + 0.1;    /* re-kill new orphans, see check_timers */
+	if (diag_deadline(job) >= 0 && (until < 0 || diag_deadline(job) < until))
+		until = diag_deadline(job);
 	if (until < 0)
 		return -1;
 	if (until <= t)
@@ -370,6 +382,7 @@ int job_run(struct job *job)
 			job_stop(job, SIGTERM);
 		}
 		check_timers(job);
+		diag_tick(job);
 		check_leftovers(job, rc == 0);
 	}
 	/* Whatever is still ours after giving up: no zombies. */

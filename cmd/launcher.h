@@ -76,6 +76,8 @@ struct opts {
 	int *sizes, nsizes;        /* -n as a list of world sizes (ci.h) */
 	const char *junit;         /* --junit FILE, NULL: none */
 	const char *tap;           /* --tap FILE, NULL: none */
+	double stall_timeout;      /* seconds, 0: none (diag.c) */
+	const char *trace;         /* --trace FILE, NULL: none (trace.c) */
 };
 
 /* Parses argv into *o.  Returns 0, or the exit status to use at once:
@@ -146,6 +148,7 @@ struct job {
 	bool killed;               /* SIGKILL sent */
 	bool output_broken;        /* EPIPE on our stdout or stderr */
 	bool spawn_failed;         /* fork or pipe failed for some rank */
+	bool stalled;              /* --stall-timeout stopped it */
 	int exit_status;
 
 	/* A job over several nodes (nodes.c); one node: nnodes 1, offset 0. */
@@ -156,6 +159,7 @@ struct job {
 	char node_secret[65];      /* the ranks' DISTRUN_SECRET, or "" */
 	bool node_stop;            /* stopped because another node failed */
 	int node_stop_status;
+	struct diag *diag;         /* diag.c's state, NULL: none */
 };
 
 /* The ranks of the whole job: this node's unless there are several. */
@@ -230,5 +234,38 @@ const char *rank_status_str(const struct rank *rk, char *buf, size_t n);
 void report_tail_add(struct rank *rk, const char *p, size_t n);
 void report_summary(struct job *job);
 int report_json(struct job *job);
+
+/* diag.c: what every rank is doing (its control block in the segment,
+ * /proc, stacks by gdb or Python's faulthandler), stall detection, and the
+ * report of a job that hangs or fails; trace.c: --trace.  These print
+ * nothing on failure of their own beyond the report's "stacks: why not"
+ * lines: a diagnosis must never stop the job from stopping. */
+int diag_init(struct job *job);
+/* Environment entries for every rank (the Python stack helper), appended
+ * to env at *k; they are freed by diag_release. */
+int diag_env(struct job *job, char **env, size_t *k);
+/* Each round of the event loop: samples the control blocks (progress,
+ * flight records for --trace) and, past --stall-timeout, reports and
+ * stops the job. */
+void diag_tick(struct job *job);
+/* When diag_tick needs to run next (monotonic s), or -1. */
+double diag_deadline(const struct job *job);
+/* n bytes of rank r's stream s came in (progress; trace instants). */
+void diag_output(struct job *job, int r, int s, const char *p, size_t n);
+/* The report of a job about to be stopped (why: "timeout after 15s", "got
+ * SIGINT", "no progress for 30.0s"), on stderr and kept for --report.
+ * Call it before any rank is signalled. */
+void diag_report(struct job *job, const char *why);
+/* Rank r failed first: the verdict if it died inside a collective or the
+ * ranks called different ones (no stacks: the job stops at once). */
+void diag_rank_failed(struct job *job, int r);
+/* Lines under the summary table: time in collectives, barrier skew. */
+void diag_summary(struct job *job);
+/* The keys diag adds to the --report object, as JSON object text
+ * (malloc'ed, NULL if none). */
+char *diag_json(struct job *job);
+void diag_release(struct job *job);
+/* trace.c: writes --trace FILE from the flight records and output. */
+int trace_write(struct job *job);
 
 #endif

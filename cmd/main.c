@@ -151,6 +151,8 @@ int main(int argc, char **argv)
 		goto out;
 	if (nodes_setup(&job) || (!job.nodes && port_reserve(&job)))
 		goto out;
+	if (diag_init(&job))
+		goto out;
 	rc = spawn_prepare(&job);
 	if (rc) {
 		/* The program cannot run (126, 127): CI still gets a report. */
@@ -183,7 +185,10 @@ int main(int argc, char **argv)
 		report_summary(&job);
 	if (o.report && report_json(&job) && !rc)
 		rc = 1;
+	if (o.trace && trace_write(&job) && !rc)
+		rc = 1;
 out:
+	diag_release(&job);
 	guard_done(&job);
 	mux_release(&job);
 	job_release(&job);

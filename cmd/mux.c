@@ -400,6 +400,7 @@ int mux_read(struct job *job, int r, int s)
 		report_tail_add(rk, mux.rbuf, n);
 	if (job->o->show[r])
 		split_lines(job, r, s, mux.rbuf, n);
+	diag_output(job, r, s, mux.rbuf, n);
 	return 1;
 }
 

@@ -49,6 +49,8 @@ enum {
 	OPT_IFACE,
 	OPT_JUNIT,
 	OPT_TAP,
+	OPT_STALL_TIMEOUT,
+	OPT_TRACE,
 };
 
 struct opt_def {
@@ -99,6 +101,8 @@ static const struct opt_def opt_table[] = {
 	  "colour labels: auto (default), always, never" },
 	{ OPT_TIMEOUT, "timeout", "DURATION",
 	  "stop the job after DURATION (90s, 5m); exit 124" },
+	{ OPT_STALL_TIMEOUT, "stall-timeout", "DURATION",
+	  "report and stop when nothing progressed for DURATION" },
 	{ OPT_GRACE, "grace", "DURATION",
 	  "delay from SIGTERM to SIGKILL (default 5s)" },
 	{ OPT_REPORT, "report", "FILE",
@@ -107,6 +111,8 @@ static const struct opt_def opt_table[] = {
 	  "write the result as JUnit XML to FILE" },
 	{ OPT_TAP, "tap", "FILE",
 	  "write the result as TAP version 13 to FILE (- for stdout)" },
+	{ OPT_TRACE, "trace", "FILE",
+	  "write a timeline (Chrome trace JSON) to FILE" },
 	{ OPT_SUMMARY, "summary", NULL,
 	  "always print the summary (default: on failure)" },
 	{ OPT_QUIET, "quiet", NULL,
@@ -423,6 +429,22 @@ int opts_parse(struct opts *o, int argc, char **argv)
 					   optarg);
 				return EXIT_USAGE;
 			}
+			break;
+		case OPT_STALL_TIMEOUT:
+			if (parse_duration(optarg, &o->stall_timeout) ||
+			    o->stall_timeout <= 0) {
+				usage_hint("invalid --stall-timeout '%s' "
+					   "(expected a duration like 30s, 5m)",
+					   optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		case OPT_TRACE:
+			if (!*optarg) {
+				usage_hint("%s--trace needs a file name", "");
+				return EXIT_USAGE;
+			}
+			o->trace = optarg;
 			break;
 		case OPT_GRACE:
 			if (parse_duration(optarg, &o->grace)) {

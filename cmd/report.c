@@ -216,6 +216,7 @@ void report_summary(struct job *job)
 		fprintf(stderr, "%6s  %-9s %10s %9.3fs %9.3fs %6.1f MiB\n",
 			"distrun", "", "", tv_sec(self.ru_utime),
 			tv_sec(self.ru_stime), self.ru_maxrss / 1024.0);
+	diag_summary(job);
 }
 
 static json_t *iso_time(double t)
@@ -234,6 +235,8 @@ static const char *job_reason(const struct job *job)
 {
 	if (job->first_fail >= 0)
 		return "rank failed";
+	if (job->stalled)
+		return "stall";
 	if (job->timed_out)
 		return "timeout";
 	if (job->stop_signal)
@@ -317,6 +320,16 @@ int report_json(struct job *job)
 		json_array_append_new(ranks, j);
 	}
 	json_object_set(root, "ranks", ranks);
+	{
+		/* diag.c's keys: "diagnosis", "collectives", "barrier_skew" */
+		char *d = diag_json(job);
+		json_t *dj = d ? json_loads(d, 0, NULL) : NULL;
+
+		if (dj)
+			json_object_update(root, dj);
+		json_decref(dj);
+		free(d);
+	}
 	if (!getrusage(RUSAGE_SELF, &self)) {
 		json_t *l = json_pack("{s:f, s:f, s:I}",
 			"user_s", tv_sec(self.ru_utime),

@@ -61,6 +61,17 @@ static bool is_set_var(const char *entry)
 	return false;
 }
 
+/* Whether entry's name is one of the n entries of env. */
+static bool in_env(char **env, size_t n, const char *entry)
+{
+	size_t len = strcspn(entry, "=");
+
+	for (size_t i = 0; i < n; i++)
+		if (!strncmp(env[i], entry, len) && env[i][len] == '=')
+			return true;
+	return false;
+}
+
 static char *xasprintf(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 static char *xasprintf(const char *fmt, ...)
@@ -109,7 +120,8 @@ static int build_env(struct job *job)
 
 	while (environ[n])
 		n++;
-	env = calloc(n + N_SET + 3, sizeof(*env));
+	/* + 3 of ours, + 5 of diag_env */
+	env = calloc(n + N_SET + 8, sizeof(*env));
 	if (!env)
 		return -1;
 	job->env = env;
@@ -142,8 +154,13 @@ static int build_env(struct job *job)
 	for (size_t i = N_SLOTS; i < k; i++)
 		if (!env[i])
 			return -1;
+	/* diag's (the Python stack helper), freed by diag_release */
+	size_t kd = k;
+	if (diag_env(job, env, &k))
+		return -1;
 	for (size_t i = 0; i < n; i++)
-		if (!is_set_var(environ[i]))
+		if (!is_set_var(environ[i]) && !in_env(env + kd, k - kd,
+						       environ[i]))
 			env[k++] = environ[i];
 	env[k] = NULL;
 	return 0;
@@ -246,6 +263,9 @@ child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
 	setpgid(0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
 		_exit(EXIT_NOTFOUND);   /* distrun is already gone */
+	/* distrun's gdb may trace us under Yama's ptrace_scope=1 (diag.c);
+	 * EINVAL without Yama. */
+	prctl(PR_SET_PTRACER, parent, 0, 0, 0);
 	if (dup2(job->devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	signal(SIGPIPE, SIG_DFL);   /* ignored in distrun; exec keeps that */

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "dri.h"
+#include "ctl.h"
 
 #define MSG_MAX 1024
 
@@ -263,7 +264,9 @@ static dr_err run_op(dri_op *op)
 	cur_timeout_ms = op->timeout_ms > 0 ? op->timeout_ms : dri_timeout_ms();
 	err = dri_transport_check();
 	if (!err) {
+		dri_ctl_begin(&op->id, -1, 0);
 		err = op->run(op);
+		dri_ctl_end(err);
 		/* A failure of our own (out of memory, a CUDA error) in the
 		 * middle of a collective leaves the peers waiting for our part
 		 * until their timeout, and our sequence numbers out of step

@@ -34,6 +34,7 @@
 #include "auth.h"
 #include "dri.h"
 #include "rdzv.h"
+#include "ctl.h"
 
 #define DEFAULT_TIMEOUT_MS (30 * 60 * 1000LL)
 
@@ -429,6 +430,8 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	dri_rdzv_joined(&I.plan);
 	if (err)
 		goto fail;
+	/* After rendezvous, which maps the segment (dri_seg_attach). */
+	dri_ctl_attach(I.rank, I.size);
 	err = dri_groups_init(I.rank, I.size);
 	if (err)
 		goto fail;
@@ -479,6 +482,7 @@ dr_err dr_destroy_process_group(void)
 	dri_groups_shutdown();
 	dri_transport_stop();
 	dri_scratch_release();
+	dri_ctl_detach();
 	dri_kv_close(&I.kv);
 	dri_store_server_stop(I.srv);
 	I.srv = NULL;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "ctl.h"
 
 /* Checks the arguments common to all four calls and fills the id. */
 static dr_err p2p_prepare(const char *call, const void *buf, size_t count,
@@ -71,7 +72,12 @@ dr_err dr_send(const void *buf, size_t count, dr_dtype dtype, int dst,
 	dr_err err = p2p_prepare("dr_send", buf, count, dtype, dst, tag, group,
 				 0, &id, &len);
 
-	return err ? err : dri_send(&id, dst, buf, len);
+	if (err)
+		return err;
+	dri_ctl_begin(&id, dst, 1);
+	err = dri_send(&id, dst, buf, len);
+	dri_ctl_end(err);
+	return err;
 }
 
 dr_err dr_recv(void *buf, size_t count, dr_dtype dtype, int src, int tag,
@@ -85,9 +91,11 @@ dr_err dr_recv(void *buf, size_t count, dr_dtype dtype, int src, int tag,
 
 	if (err)
 		return err;
+	dri_ctl_begin(&id, src, 0);
 	err = dri_irecv(&r, &id, src, buf, len);
 	if (!err)
 		err = dri_waitall(&r, 1);
+	dri_ctl_end(err);
 	if (!err && out_src)
 		*out_src = r.source;
 	return err;

@@ -54,6 +54,7 @@
 #include "auth.h"
 #include "dri.h"
 #include "net.h"
+#include "ctl.h"
 
 #define PENDING_MAX 64   /* incoming connections not yet authenticated */
 #define RECONNECT_MAX 50 /* connections dropped before the handshake ended */
@@ -1821,7 +1822,7 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
 	int64_t deadline = dri_now_ms() + timeout_ms;
 	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
 	dr_err err = DR_OK;
-	int i = 0;
+	int i = 0, shown = -1;
 
 	pthread_mutex_lock(&tp.mu);
 	for (;;) {
@@ -1829,6 +1830,8 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
 			i++;
 		if (i == n || tp.abort_err)
 			break;
+		if (i != shown) /* for the launcher: the peer we wait on */
+			dri_ctl_wait(reqs[shown = i].peer, reqs[i].is_send);
 		int64_t left = deadline - dri_now_ms();
 		if (left <= 0) {
 			char what[256];

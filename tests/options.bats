@@ -41,8 +41,8 @@ help_options() {
 		--ranks) run "$DISTRUN" "$opt" 0 true ;;
 		--output-dir) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/o" true ;;
 		--color) run "$DISTRUN" "$opt" never true ;;
-		--timeout|--grace) run "$DISTRUN" "$opt" 5s true ;;
-		--report) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
+		--timeout|--grace|--stall-timeout) run "$DISTRUN" "$opt" 5s true ;;
+		--report|--trace) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
 		--junit|--tap) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/$opt.out" true ;;
 		--master-addr|--master_addr) run "$DISTRUN" "$opt" 127.0.0.1 true ;;
 		--nnodes) run "$DISTRUN" "$opt" 1 true ;;

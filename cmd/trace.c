@@ -1,0 +1,219 @@
+/*
+ * trace.c - --trace FILE: the job's timeline in the Chrome trace event
+ * format (JSON; opens in Perfetto and chrome://tracing).
+ *
+ * One process ("distrun job"), a track (thread) per rank.  Each rank's
+ * lifetime is a slice; inside it, each collective or blocking p2p call is
+ * a slice named by its op, with op, dtype, count, bytes, seq, group and
+ * status in its args; a call that waited for a later rank carries a
+ * nested "wait for rank R" slice (from its own arrival to the last
+ * arrival); calls still running at the end are cut there and marked.
+ * Output lines are instant events on their rank's track.
+ *
+ * The calls come from the ranks' flight records (ctl.h), which diag.c
+ * reads every 20 ms while tracing; a rank that makes more than
+ * DRI_CTL_RING_WORLD world calls (or DRI_CTL_RING_OTHER others) in that
+ * time loses the oldest, and the trace says how many in
+ * otherData.dropped_calls.  Times are microseconds since distrun
+ * started.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distrun.h"
+#include "dri.h"
+#include "diag.h"
+
+/* The latest arrival at a collective (group, seq) over every rank, and
+ * who it was. */
+struct arrival {
+	uint32_t group;
+	uint64_t seq;
+	int64_t last;
+	int rank;
+};
+
+static int arr_cmp(const void *a, const void *b)
+{
+	const struct arrival *x = a, *y = b;
+
+	if (x->group != y->group)
+		return x->group < y->group ? -1 : 1;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	return 0;
+}
+
+static void ev_common(struct sb *b, bool *first, int tid)
+{
+	sb_printf(b, "%s\n{\"pid\":1,\"tid\":%d,", *first ? "" : ",", tid);
+	*first = false;
+}
+
+static void slice(struct sb *b, bool *first, int r, const dri_ctl_call *c,
+		  int64_t t0, const struct arrival *arr, size_t narr)
+{
+	char desc[160];
+	int64_t end = c->t_end ? c->t_end : (int64_t)(now_mono() * 1e9);
+	struct arrival key = { c->group_id, c->seq, 0, 0 }, *a;
+
+	ev_common(b, first, r);
+	sb_printf(b, "\"ph\":\"X\",\"cat\":\"%s\",\"name\":",
+		  c->coll == DRI_P2P ? "p2p" : "collective");
+	sb_json_str(b, dri_coll_name((dri_coll)c->coll));
+	sb_printf(b, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"call\":",
+		  (c->t_start - t0) / 1e3, (end - c->t_start) / 1e3);
+	sb_json_str(b, diag_call_str(c, desc, sizeof(desc)));
+	sb_printf(b, ",\"group\":%u,\"seq\":%llu,\"count\":%llu,\"bytes\":%llu,"
+		  "\"dtype\":", c->group_id, (unsigned long long)c->seq,
+		  (unsigned long long)c->count, (unsigned long long)c->bytes);
+	sb_json_str(b, c->dtype >= 0 ? dr_dtype_name((dr_dtype)c->dtype) : NULL);
+	sb_printf(b, ",\"op\":");
+	sb_json_str(b, c->op >= 0 ? dr_op_name((dr_op)c->op) : NULL);
+	sb_printf(b, ",\"root\":%d,\"peer\":%d,\"status\":", c->root, c->peer);
+	sb_json_str(b, c->t_end ? dr_err_name((dr_err)c->status) : "unfinished");
+	sb_printf(b, "}}");
+
+	/* The wait: for collectives, until the last rank arrived. */
+	if (c->coll == DRI_P2P || !narr)
+		return;
+	a = bsearch(&key, arr, narr, sizeof(*arr), arr_cmp);
+	if (!a || a->rank == r || a->last <= c->t_start)
+		return;
+	ev_common(b, first, r);
+	sb_printf(b, "\"ph\":\"X\",\"cat\":\"wait\",\"name\":\"wait for rank "
+		  "%d\",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"seq\":%llu}}",
+		  a->rank, (c->t_start - t0) / 1e3,
+		  ((a->last < end ? a->last : end) - c->t_start) / 1e3,
+		  (unsigned long long)c->seq);
+}
+
+int trace_write(struct job *job)
+{
+	struct diag *d = job->diag;
+	int n = job->o->nranks, rc = -1;
+	int64_t t0 = (int64_t)(job->t0 * 1e9);
+	struct arrival *arr = NULL;
+	size_t narr = 0, cap = 0;
+	uint64_t dropped = 0;
+	struct sb b = { 0 };
+	bool first = true;
+	FILE *f;
+
+	if (!d || !job->o->trace)
+		return 0;
+	for (int r = 0; r < n; r++) {
+		diag_harvest(job, r);
+		dropped += d->rk[r].dropped;
+	}
+	/* Latest arrival per collective, for the waits. */
+	for (int r = 0; r < n; r++)
+		for (size_t i = 0; i < d->rk[r].nrec; i++) {
+			const dri_ctl_call *c = &d->rk[r].recs[i];
+
+			if (c->coll == DRI_P2P)
+				continue;
+			if (narr == cap) {
+				size_t nc = cap ? 2 * cap : 256;
+				struct arrival *p = realloc(arr, nc * sizeof(*p));
+				if (!p)
+					goto sorted;
+				arr = p;
+				cap = nc;
+			}
+			arr[narr++] = (struct arrival){ c->group_id, c->seq,
+							c->t_start, r };
+		}
+sorted:
+	if (narr)
+		qsort(arr, narr, sizeof(*arr), arr_cmp);
+	{
+		size_t w = 0;   /* merge equal keys, keeping the latest */
+
+		for (size_t i = 0; i < narr; i++) {
+			if (w && !arr_cmp(&arr[w - 1], &arr[i])) {
+				if (arr[i].last > arr[w - 1].last)
+					arr[w - 1] = arr[i];
+				continue;
+			}
+			arr[w++] = arr[i];
+		}
+		narr = w;
+	}
+
+	sb_printf(&b, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
+	ev_common(&b, &first, 0);
+	sb_printf(&b, "\"ph\":\"M\",\"name\":\"process_name\",\"args\":"
+		  "{\"name\":\"distrun job\"}}");
+	for (int r = 0; r < n; r++) {
+		const struct rank *rk = &job->ranks[r];
+		char name[32], st[64];
+		double end = rk->state == RANK_EXITED ? rk->t_end : now_mono();
+
+		snprintf(name, sizeof(name), "rank %d", r);
+		ev_common(&b, &first, r);
+		sb_printf(&b, "\"ph\":\"M\",\"name\":\"thread_name\",\"args\":"
+			  "{\"name\":\"%s\"}}", name);
+		ev_common(&b, &first, r);
+		sb_printf(&b, "\"ph\":\"M\",\"name\":\"thread_sort_index\","
+			  "\"args\":{\"sort_index\":%d}}", r);
+		if (rk->state == RANK_NEW)
+			continue;
+		ev_common(&b, &first, r);
+		sb_printf(&b, "\"ph\":\"X\",\"cat\":\"rank\",\"name\":\"%s\","
+			  "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pid\":%d,"
+			  "\"status\":", name, (rk->t_start - job->t0) * 1e6,
+			  (end - rk->t_start) * 1e6, (int)rk->pid);
+		sb_json_str(&b, rank_status_str(rk, st, sizeof(st)));
+		sb_printf(&b, "}}");
+		for (size_t i = 0; i < d->rk[r].nrec; i++)
+			slice(&b, &first, r, &d->rk[r].recs[i], t0, arr, narr);
+		/* Calls it is still in (or died in). */
+		const dri_ctl *c = diag_ctl(job, r);
+		for (int s = 0; c && s < DRI_CTL_SLOTS; s++) {
+			dri_ctl_slot sl;
+
+			if (!dri_ctl_read_slot(c, s, &sl) &&
+			    sl.state == DRI_CTL_IN_CALL)
+				slice(&b, &first, r, &sl.call, t0, arr, narr);
+		}
+	}
+	for (size_t i = 0; i < d->nlines; i++) {
+		const struct diag_line *l = &d->lines[i];
+
+		ev_common(&b, &first, l->rank);
+		sb_printf(&b, "\"ph\":\"i\",\"s\":\"t\",\"cat\":\"%s\",\"name\":",
+			  l->stream ? "stderr" : "stdout");
+		sb_json_str(&b, l->text);
+		sb_printf(&b, ",\"ts\":%.3f}", (l->t - job->t0) * 1e6);
+	}
+	sb_printf(&b, "\n],\"otherData\":{\"run_id\":\"%s\",\"world_size\":%d,"
+		  "\"dropped_calls\":%llu,\"dropped_lines\":%llu}}\n",
+		  job->run_id, n, (unsigned long long)dropped,
+		  (unsigned long long)d->lines_dropped);
+	if (b.oom) {
+		fprintf(stderr, "distrun: --trace %s: out of memory\n",
+			job->o->trace);
+		goto out;
+	}
+	f = fopen(job->o->trace, "we");
+	if (!f || fwrite(b.s, 1, b.len, f) != b.len) {
+		fprintf(stderr, "distrun: --trace %s: %s\n", job->o->trace,
+			strerror(errno));
+		if (f)
+			fclose(f);
+		goto out;
+	}
+	if (fclose(f)) {
+		fprintf(stderr, "distrun: --trace %s: %s\n", job->o->trace,
+			strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	free(b.s);
+	free(arr);
+	return rc;
+}

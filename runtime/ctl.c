@@ -1,0 +1,212 @@
+/*
+ * ctl.c - this rank's control block: the call it is in, per group, and the
+ * flight recorder of its last calls (layout and readers in ctl.h).
+ *
+ * group.c calls dri_ctl_begin/dri_ctl_end around every collective it runs
+ * (blocking on the caller's thread, asynchronous on the group's progress
+ * thread), p2p.c around blocking sends and receives, and the transport
+ * calls dri_ctl_wait as the request a wait blocks on changes, which names
+ * the peer the call waits for and counts progress inside long calls.
+ *
+ * Cost: these run on every call, so they are plain stores into memory
+ * that no other thread of ours writes, two reads of the coarse clock and
+ * one atomic add (the ring's head, shared by the threads of the rank);
+ * without a segment (a program started by another launcher) one test of a
+ * pointer.  The stores are ordered for the launcher's seqlock readers by
+ * release fences only: no lock, no system call.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dri.h"
+#include "ctl.h"
+
+static dri_ctl *C;
+/* Coarse by default: a fraction of the precise clock's cost, to the
+ * kernel's tick (1-4 ms), which stall reports, time in collectives (an
+ * unbiased sum over many calls) and barrier skew (>= 50 ms) need; exact
+ * with DISTRUN_CTL=precise, which distrun sets for --trace. */
+static clockid_t clk = CLOCK_MONOTONIC_COARSE;
+
+/* The call this thread is in (one at a time: a collective never starts
+ * another on the same thread, nor does a blocking send). */
+static _Thread_local struct {
+	int active;
+	dri_ctl_slot *slot;     /* its slot, NULL if none */
+	dri_ctl_call *cur;      /* the record being written */
+	dri_ctl_call call;      /* a call without a slot */
+} T;
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The seqlock around a slot's update: odd while written. */
+static void slot_open(dri_ctl_slot *s)
+{
+	__atomic_store_n(&s->ver, s->ver + 1, __ATOMIC_RELAXED);
+	DRI_CTL_FENCE(__ATOMIC_RELEASE);
+}
+
+static void slot_close(dri_ctl_slot *s)
+{
+	__atomic_store_n(&s->ver, s->ver + 1, __ATOMIC_RELEASE);
+}
+
+void dri_ctl_attach(int rank, int world_size)
+{
+	const char *mode = getenv("DISTRUN_CTL");
+
+	C = NULL;
+	/* DISTRUN_CTL=off: publish nothing (to measure what it costs). */
+	if (mode && !strcmp(mode, "off"))
+		return;
+	clk = mode && !strcmp(mode, "precise") ? CLOCK_MONOTONIC
+					       : CLOCK_MONOTONIC_COARSE;
+#ifdef DISTRUN_SEGMENT
+	dri_ctl_attach_to(dri_seg_ctl(dri_seg_local_rank()), rank, world_size);
+#else
+	/* Built without the per-job segment (runtime/seg.c): nothing to
+	 * publish into; the Makefile defines DISTRUN_SEGMENT once it is. */
+	(void)rank;
+	(void)world_size;
+#endif
+}
+
+void dri_ctl_attach_to(dri_ctl *c, int rank, int world_size)
+{
+	C = NULL;
+	if (!c)
+		return;
+	/* A block left by an earlier process group of this rank keeps its
+	 * flight record; the header says who writes it now. */
+	c->rank = rank;
+	c->pid = (int32_t)getpid();
+	c->world_size = world_size;
+	c->finished = 0;
+	{
+		struct timespec res;
+
+		c->clock_res_ns = clock_getres(clk, &res) ? 0 :
+				  (uint32_t)(res.tv_sec * 1000000000 + res.tv_nsec);
+	}
+	c->t_attach = now_ns();
+	c->t_user = c->t_attach;
+	c->version = DRI_CTL_VERSION;
+	__atomic_store_n(&c->magic, DRI_CTL_MAGIC, __ATOMIC_RELEASE);
+	C = c;
+}
+
+void dri_ctl_detach(void)
+{
+	if (!C)
+		return;
+	__atomic_store_n(&C->finished, 1, __ATOMIC_RELEASE);
+	C = NULL;
+}
+
+void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
+{
+	dri_ctl_slot *s;
+	dri_ctl_call *c;
+
+	if (!C)
+		return;
+	if (id->coll == DRI_P2P)
+		s = &C->slot[DRI_CTL_P2P];
+	else
+		s = id->group_id < DRI_CTL_GROUPS ? &C->slot[id->group_id] : NULL;
+	/* Written in place: the slot's call, or ours for a group without
+	 * one (the ring gets a copy at the end). */
+	c = s ? &s->call : &T.call;
+	T.active = 1;
+	T.slot = s;
+	T.cur = c;
+	if (s)
+		slot_open(s);
+	c->group_id = id->group_id;
+	c->coll = id->coll;
+	c->seq = id->seq;
+	c->count = id->count;
+	c->bytes = id->dtype >= 0 ? id->count * dr_dtype_size(id->dtype) : 0;
+	c->dtype = id->dtype;
+	c->op = id->op;
+	c->root = id->root;
+	c->peer = peer;
+	c->peer_send = peer_send;
+	c->status = 0;
+	c->t_start = now_ns();
+	c->t_end = 0;
+	if (s) {
+		s->state = DRI_CTL_IN_CALL;
+		slot_close(s);
+	}
+}
+
+void dri_ctl_wait(int peer, int is_send)
+{
+	dri_ctl_slot *s = T.slot;
+
+	/* No clock read here: it would cost as much as the rest of the
+	 * hooks together (the launcher counts the wait from t_start). */
+	if (!s)
+		return;
+	/* A counter for the launcher's fingerprint only: a torn read of
+	 * it is harmless, so no seqlock. */
+	s->progress++;
+	if (s->call.peer == peer && s->call.peer_send == is_send)
+		return;
+	slot_open(s);
+	s->call.peer = peer;
+	s->call.peer_send = is_send;
+	slot_close(s);
+}
+
+void dri_ctl_end(dr_err err)
+{
+	dri_ctl_slot *s = T.slot;
+	dri_ctl_call *c = T.cur;
+	dri_ctl_rec *r;
+	uint64_t idx;
+	int64_t t;
+
+	if (!C || !T.active)
+		return;
+	T.active = 0;
+	T.slot = NULL;
+	t = now_ns();
+	if (s)
+		slot_open(s);
+	c->t_end = t;
+	c->status = err;
+	if (s) {
+		s->state = DRI_CTL_IDLE;
+		s->ncalls++;
+		s->ns_in_calls += t - c->t_start;
+		slot_close(s);
+	}
+	if (c->group_id == 0 && c->coll != DRI_P2P) {
+		/* The world's ring has one writer: no atomic add, the head
+		 * moves once the record is whole. */
+		idx = C->ring_head[DRI_CTL_WORLD];
+		r = &C->ring_world[idx % DRI_CTL_RING_WORLD];
+	} else {
+		idx = __atomic_fetch_add(&C->ring_head[DRI_CTL_OTHER], 1,
+					 __ATOMIC_RELAXED);
+		r = &C->ring_other[idx % DRI_CTL_RING_OTHER];
+	}
+	__atomic_store_n(&r->ver, 2 * idx + 1, __ATOMIC_RELAXED);
+	DRI_CTL_FENCE(__ATOMIC_RELEASE);
+	r->call = *c;
+	__atomic_store_n(&r->ver, 2 * idx + 2, __ATOMIC_RELEASE);
+	if (c->group_id == 0 && c->coll != DRI_P2P)
+		__atomic_store_n(&C->ring_head[DRI_CTL_WORLD], idx + 1,
+				 __ATOMIC_RELEASE);
+	__atomic_store_n(&C->t_user, c->t_end, __ATOMIC_RELAXED);
+}
