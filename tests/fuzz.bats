@@ -50,6 +50,10 @@ replays() {
 	replays options
 }
 
+@test "the rendezvous corpus replays: init_method, env:// variables, the published file" {
+	replays rendezvous
+}
+
 @test "a replay driver fails on a corpus that is missing, naming it" {
 	# An error, never "replayed 0 inputs".
 	run "$FUZZDIR/wire-replay" "$BATS_TEST_TMPDIR/nothing-here"
