@@ -252,6 +252,21 @@ dr_err dri_store_server_start(const char *host, int port,
 void dri_store_server_stop(dri_store_server *srv);
 /* The port the server listens on (useful after binding port 0). */
 int dri_store_server_port(const dri_store_server *srv);
+/* The server's request handling alone, for tests/fuzz/store.c: a server
+ * with no thread, no socket and no handshake (NULL when out of memory;
+ * free it with dri_store_server_stop).  dri_store_feed appends len bytes
+ * to what client id sent after proving the key (the client is made at
+ * its first bytes), serves every whole frame and keeps a partial one for
+ * the next call; -1 when the server drops the client (a bad frame, a
+ * limit), whose state is then gone.  dri_store_take points *out at the
+ * reply frames queued for client id since the last take (a parked GET's
+ * answer may come from another client's SET) and returns their length;
+ * valid until the next dri_store_feed. */
+dri_store_server *dri_store_server_local(void);
+int dri_store_feed(dri_store_server *srv, unsigned id, const void *in,
+		   size_t len);
+size_t dri_store_take(dri_store_server *srv, unsigned id,
+		      const unsigned char **out);
 /* Connects and proves key (as rank), retrying until timeout_ms passes
  * (the server may start later).  DR_EAUTH at once if the server does not
  * have the key. */
@@ -297,6 +312,13 @@ void dri_wire_encode(const dri_wire_hdr *h, unsigned char out[DRI_WIRE_HDR]);
 dr_err dri_wire_decode(const unsigned char in[DRI_WIRE_HDR], dri_wire_hdr *h);
 /* "all_reduce(count=4, float32, sum)" and so on, into buf. */
 void dri_msg_id_describe(const dri_msg_id *id, char *buf, size_t size);
+/* The receiver's check of a message (identity got, len bytes, from world
+ * rank src) against the receive rank me posted (want, want_len bytes): 0
+ * when they agree, else 1 with the DR_EMISMATCH message naming both calls
+ * in why (n bytes, NUL-terminated). */
+int dri_msg_mismatch(const dri_msg_id *want, size_t want_len,
+		     const dri_msg_id *got, uint64_t len, int src, int me,
+		     char *why, size_t n);
 
 /* Starts the transport: listens on host (a numeric address, the one the
  * peers will be told), an ephemeral port.  *port receives it. */

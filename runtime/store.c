@@ -262,6 +262,8 @@ static int reply(dri_store_server *s, struct client *c, uint32_t seq,
 /* Writes what the socket takes of the client's replies; -1 on error. */
 static int client_flush(struct client *c)
 {
+	if (c->fd < 0)
+		return 0; /* dri_store_feed's: the caller takes the replies */
 	while (c->out_off < c->out_len) {
 		ssize_t n = send(c->fd, c->out + c->out_off,
 				 c->out_len - c->out_off,
@@ -410,11 +412,30 @@ static int client_handshake(dri_store_server *s, struct client *c)
 	return 0;
 }
 
-/* Reads what a client sent and serves every whole request in it. */
-static int client_read(dri_store_server *s, struct client *c)
+/* Serves every whole request in the client's input, keeps the partial
+ * one; -1 drops the client. */
+static int serve_frames(dri_store_server *s, struct client *c)
 {
 	size_t off = 0;
 
+	while (c->in_len - off >= 4) {
+		uint32_t flen = rd32(c->in + off);
+		if (flen > FRAME_MAX)
+			return -1;
+		if (c->in_len - off - 4 < flen)
+			break;
+		if (serve_request(s, c, c->in + off + 4, flen) < 0)
+			return -1;
+		off += 4 + flen;
+	}
+	memmove(c->in, c->in + off, c->in_len - off);
+	c->in_len -= off;
+	return 0;
+}
+
+/* Reads what a client sent and serves every whole request in it. */
+static int client_read(dri_store_server *s, struct client *c)
+{
 	if (c->state != C_UP)
 		return client_handshake(s, c);
 	for (;;) {
@@ -446,18 +467,8 @@ static int client_read(dri_store_server *s, struct client *c)
 		if (c->in_len < c->in_cap)
 			break; /* drained: poll says when more comes */
 	}
-	while (c->in_len - off >= 4) {
-		uint32_t flen = rd32(c->in + off);
-		if (flen > FRAME_MAX)
-			return -1;
-		if (c->in_len - off - 4 < flen)
-			break;
-		if (serve_request(s, c, c->in + off + 4, flen) < 0)
-			return -1;
-		off += 4 + flen;
-	}
-	memmove(c->in, c->in + off, c->in_len - off);
-	c->in_len -= off;
+	if (serve_frames(s, c) < 0)
+		return -1;
 	return client_flush(c);
 }
 
@@ -626,8 +637,10 @@ void dri_store_server_stop(dri_store_server *s)
 
 	if (!s)
 		return;
-	(void)!write(s->stop_fd, &one, sizeof(one));
-	pthread_join(s->thread, NULL);
+	if (s->stop_fd >= 0) { /* not a dri_store_server_local */
+		(void)!write(s->stop_fd, &one, sizeof(one));
+		pthread_join(s->thread, NULL);
+	}
 	while (s->ncl)
 		client_drop(s, s->ncl - 1);
 	for (size_t i = 0; i < s->nkv; i++) {
@@ -638,11 +651,87 @@ void dri_store_server_stop(dri_store_server *s)
 	free(s->cl);
 	for (int k = 0; k < s->nlfd; k++)
 		close(s->lfd[k]);
-	close(s->stop_fd);
+	if (s->stop_fd >= 0)
+		close(s->stop_fd);
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
 	memset(s->key, 0, sizeof(s->key));
 	free(s);
+}
+
+/* ------------------------------ request handling alone (for the fuzzer) */
+
+dri_store_server *dri_store_server_local(void)
+{
+	dri_store_server *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		dri_fail(DR_ENOMEM, "out of memory");
+		return NULL;
+	}
+	s->stop_fd = s->reserve_fd = -1;
+	return s;
+}
+
+/* dri_store_feed's client id, or NULL. */
+static struct client *local_client(dri_store_server *s, unsigned id,
+				   size_t *idx)
+{
+	for (size_t i = 0; i < s->ncl; i++)
+		if (s->cl[i].serial == id) {
+			*idx = i;
+			return &s->cl[i];
+		}
+	return NULL;
+}
+
+int dri_store_feed(dri_store_server *s, unsigned id, const void *in,
+		   size_t len)
+{
+	size_t i;
+	struct client *c = local_client(s, id, &i);
+
+	if (!c) {
+		if (s->ncl == s->cap_cl) {
+			size_t c2 = s->cap_cl ? 2 * s->cap_cl : 16;
+			struct client *nc = realloc(s->cl, c2 * sizeof(*nc));
+			if (!nc)
+				return -1;
+			s->cl = nc;
+			s->cap_cl = c2;
+		}
+		i = s->ncl++;
+		s->cl[i] = (struct client){ .fd = -1, .state = C_UP,
+					    .serial = id };
+		c = &s->cl[i];
+	}
+	if (!len)
+		return 0;
+	if (buf_reserve(s, &c->in, &c->in_cap, c->in_len + len) < 0)
+		goto drop;
+	memcpy(c->in + c->in_len, in, len);
+	c->in_len += len;
+	if (serve_frames(s, c) < 0)
+		goto drop;
+	return 0;
+drop:
+	client_drop(s, i);
+	return -1;
+}
+
+size_t dri_store_take(dri_store_server *s, unsigned id,
+		      const unsigned char **out)
+{
+	size_t i, n;
+	struct client *c = local_client(s, id, &i);
+
+	*out = NULL;
+	if (!c || c->out_off == c->out_len)
+		return 0;
+	*out = c->out + c->out_off;
+	n = c->out_len - c->out_off;
+	c->out_off = c->out_len;
+	return n;
 }
 
 int dri_store_server_port(const dri_store_server *s)

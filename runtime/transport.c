@@ -591,34 +591,47 @@ static int cancelled_take(int i, const dri_msg_id *id)
 	return 0;
 }
 
+int dri_msg_mismatch(const dri_msg_id *want, size_t want_len,
+		     const dri_msg_id *got, uint64_t len, int src, int me,
+		     char *why, size_t n)
+{
+	char mine[256], theirs[256];
+
+	if (id_equal(want, got) && len == want_len)
+		return 0;
+	dri_msg_id_describe(got, theirs, sizeof(theirs));
+	dri_msg_id_describe(want, mine, sizeof(mine));
+	if (got->coll == DRI_P2P && want->coll == DRI_P2P)
+		snprintf(why, n, "rank %d sent %s but rank %d posted recv %s",
+			 src, theirs, me, mine);
+	else if (!id_equal(want, got) && got->seq != want->seq)
+		snprintf(why, n, "rank %d called %s but rank %d called %s "
+			 "(seq %llu vs %llu%s)", src, theirs, me, mine,
+			 (unsigned long long)got->seq,
+			 (unsigned long long)want->seq,
+			 got->group_id ? ", subgroup" : "");
+	else if (!id_equal(want, got))
+		snprintf(why, n, "rank %d called %s but rank %d called %s "
+			 "(seq %llu)", src, theirs, me, mine,
+			 (unsigned long long)want->seq);
+	else
+		snprintf(why, n, "rank %d sent %llu bytes in %s but rank %d "
+			 "expected %zu bytes (seq %llu)", src,
+			 (unsigned long long)len, theirs, me, want_len,
+			 (unsigned long long)want->seq);
+	return 1;
+}
+
 /* Checks a message from src against the receive r; aborts on mismatch. */
 static int check_match(const dri_req *r, int src, const dri_msg_id *id,
 		       uint64_t len)
 {
-	char mine[256], theirs[256];
+	char why[768];
 
-	if (id_equal(&r->id, id) && len == r->len)
+	if (!dri_msg_mismatch(&r->id, r->len, id, len, src, tp.rank, why,
+			      sizeof(why)))
 		return 1;
-	dri_msg_id_describe(id, theirs, sizeof(theirs));
-	dri_msg_id_describe(&r->id, mine, sizeof(mine));
-	if (id->coll == DRI_P2P && r->id.coll == DRI_P2P)
-		abort_locked(DR_EMISMATCH, "rank %d sent %s but rank %d posted "
-			     "recv %s", src, theirs, tp.rank, mine);
-	else if (!id_equal(&r->id, id) && id->seq != r->id.seq)
-		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
-			     "called %s (seq %llu vs %llu%s)", src, theirs,
-			     tp.rank, mine, (unsigned long long)id->seq,
-			     (unsigned long long)r->id.seq,
-			     id->group_id ? ", subgroup" : "");
-	else if (!id_equal(&r->id, id))
-		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
-			     "called %s (seq %llu)", src, theirs, tp.rank,
-			     mine, (unsigned long long)r->id.seq);
-	else
-		abort_locked(DR_EMISMATCH, "rank %d sent %llu bytes in %s but "
-			     "rank %d expected %zu bytes (seq %llu)", src,
-			     (unsigned long long)len, theirs, tp.rank, r->len,
-			     (unsigned long long)r->id.seq);
+	abort_locked(DR_EMISMATCH, "%s", why);
 	return 0;
 }
 

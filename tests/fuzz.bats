@@ -34,8 +34,16 @@ replays() {
 	done
 }
 
-@test "the wire header corpus replays: decode, re-encode, describe" {
+@test "the wire header corpus replays: decode, re-encode, match against a receive, describe" {
 	replays wire
+}
+
+@test "the store corpus replays: the server's frames and requests against a model" {
+	replays store
+}
+
+@test "the handshake corpus replays: any bit changed in flight, or another key, fails it" {
+	replays handshake
 }
 
 @test "the duration corpus replays through the launcher's and the runtime's parsers" {
