@@ -195,6 +195,10 @@ int parse_duration(const char *s, double *out)
 		return -1;
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
 		if (!strcmp(end, units[i].suffix)) {
+			/* "1e306d" is a finite number of days but not of
+			 * seconds. */
+			if (!isfinite(v * units[i].mult))
+				return -1;
 			*out = v * units[i].mult;
 			return 0;
 		}
