@@ -72,6 +72,9 @@ BENCH_SRC := $(wildcard scripts/*.c)
 FUZZ_SRC := $(filter-out tests/fuzz/replay.c,$(wildcard tests/fuzz/*.c))
 
 CMD_OBJ  := $(CMD_SRC:%.c=$(B)/obj/%.o)
+# The runtime's bottom layer that the launcher shares (one clock, one
+# duration parser).
+CMD_OBJ  += $(B)/obj/runtime/clock.o
 RT_OBJ   := $(RT_SRC:%.c=$(B)/obj/%.o)
 RT_PIC   := $(RT_SRC:%.c=$(B)/pic/%.o)
 

@@ -1,35 +1,266 @@
 /*
- * guard.c - the guard: a tiny process that kills the job if distrun dies
- * without cleaning up (kill -9, a crash, the OOM killer).
+ * guard.c - the guard: a tiny process that kills the whole job if distrun
+ * dies without cleaning up (kill -9, a crash, the OOM killer), and the
+ * job's cgroup that lets it find every descendant.
  *
  * PR_SET_PDEATHSIG takes care of the ranks themselves, but not of what
- * they fork: a rank's children would be orphaned.  So before the ranks
- * start, distrun forks a guard that keeps the read end of a pipe.  distrun
- * writes each rank's pid (which is also its process group) into the pipe.
- * If the pipe reaches EOF, distrun is gone, and the guard sends SIGKILL to
- * every rank's process group, then exits.  At a clean end distrun simply
- * kills and reaps the guard.
+ * they fork, and a process that calls setsid() after a double fork is in
+ * no process group of ours.  So:
  *
+ *  - Where a cgroup v2 subtree can be made (a cgroup2 mount, and our own
+ *    cgroup writable: root, or a delegated systemd user cgroup), distrun
+ *    makes "distrun.RUNID" below its own cgroup, and every rank moves
+ *    itself into it before exec (spawn.c).  Whatever a rank forks stays
+ *    in it, whatever it does with sessions and groups.
+ *  - Before the ranks start, distrun forks the guard, which keeps the read
+ *    end of a pipe.  distrun writes each rank's pid (also its process
+ *    group) into the pipe when it starts the rank, and the pid negated
+ *    when it has seen the rank exit, before it reaps it: a pid that can be
+ *    reused is never in the guard's list, so the guard never signals a
+ *    stranger's group.
+ *  - If the pipe reaches EOF, distrun is gone: the guard kills the cgroup
+ *    (cgroup.kill, or each pid of cgroup.procs where that file is
+ *    missing), the ranks' process groups still listed, and, without a
+ *    cgroup, every process whose environment holds this job's
+ *    DISTRUN_JOB_ID (what a rank forks inherits it); then removes the
+ *    cgroup and exits.  At a clean end distrun kills and reaps the guard
+ *    and removes the cgroup itself.
+ *
+ * DISTRUN_CGROUP=0 turns the cgroup off (the fallback then does the work).
  * The guard keeps no other fd (so no rank pipe stays open because of it)
  * and has the stop signals blocked, as distrun has: it ends only by EOF or
  * by SIGKILL.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "launcher.h"
 
 static pid_t pgids[MAX_RANKS];
+static size_t npgids;
 
-static void __attribute__((noreturn)) guard_main(int rd)
+/* ------------------------------------------------------------ cgroup */
+
+/* Where the cgroup2 hierarchy is mounted, from /proc/self/mountinfo:
+ * /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
+ * hybrid one. */
+static int cgroup2_mount(char *buf, size_t n)
 {
-	size_t n = 0, have = 0;
-	char *p = (char *)pgids;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	int rc = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char mnt[4096];
+		const char *sep = strstr(line, " - ");
+
+		if (!sep || strncmp(sep, " - cgroup2 ", 11))
+			continue;
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 &&
+		    strlen(mnt) < n) {
+			strcpy(buf, mnt);
+			rc = 0;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+/* Our own cgroup v2 path, the "0::PATH" line of /proc/self/cgroup. */
+static int cgroup_self(char *buf, size_t n)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[4096];
+	int rc = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "0::", 3)) {
+			line[strcspn(line, "\n")] = 0;
+			if (strlen(line + 3) < n) {
+				strcpy(buf, line + 3);
+				rc = 0;
+			}
+			break;
+		}
+	fclose(f);
+	return rc;
+}
+
+/* Makes the job's cgroup; on any failure the job runs without one. */
+static void cgroup_create(struct job *job)
+{
+	const char *env = getenv("DISTRUN_CGROUP");
+	char mnt[2048], self[2048], path[4200];
+
+	if ((env && !strcmp(env, "0")) || cgroup2_mount(mnt, sizeof(mnt)) ||
+	    cgroup_self(self, sizeof(self)))
+		return;
+	snprintf(path, sizeof(path), "%s%s%sdistrun.%.16s", mnt, self,
+		 strcmp(self, "/") ? "/" : "", job->run_id);
+	if (mkdir(path, 0755))
+		return;
+	job->cgroup_dir = strdup(path);
+	snprintf(path, sizeof(path), "%s/cgroup.procs", job->cgroup_dir);
+	job->cgroup_fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (!job->cgroup_dir || job->cgroup_fd < 0) {
+		if (job->cgroup_fd >= 0)
+			close(job->cgroup_fd);
+		job->cgroup_fd = -1;
+		rmdir(path);
+		free(job->cgroup_dir);
+		job->cgroup_dir = NULL;
+	}
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* SIGKILLs every process of the cgroup, waits (bounded: 2 s) for it to
+ * empty, and removes it. */
+static void cgroup_kill_remove(const char *dir)
+{
+	char path[4200];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/cgroup.kill", dir);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, "1", 1);
+		close(fd);
+	}
+	/* Also pid by pid: cgroup.kill is Linux 5.14 or later.  A pid read
+	 * from cgroup.procs is a member of the job, and cannot be reused
+	 * before whoever reaps it has. */
+	for (int i = 0; i < 100 && rmdir(dir) && errno == EBUSY; i++) {
+		FILE *f;
+		int pid;
+
+		snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+		f = fopen(path, "re");
+		if (!f)
+			break;
+		while (fscanf(f, "%d", &pid) == 1)
+			kill(pid, SIGKILL);
+		fclose(f);
+		sleep_ms(20);
+	}
+}
+
+/* ------------------------------------------------------------ fallback */
+
+/* Does /proc/PID/environ hold the entry want (NUL-terminated there)? */
+static bool environ_has(const char *pid, const char *want, size_t wlen)
+{
+	static char buf[1 << 16];
+	char path[300];
+	size_t have = 0;
+	bool found = false;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%s/environ", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *p = buf, *end;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		end = buf + have + n;
+		*end = 0;
+		/* Whole entries only; a partial last one is kept. */
+		while (p < end) {
+			size_t len = strnlen(p, end - p);
+
+			if (p + len == end)
+				break;
+			if (len == wlen && !memcmp(p, want, wlen)) {
+				found = true;
+				goto out;
+			}
+			p += len + 1;
+		}
+		have = end - p;
+		if (have >= sizeof(buf) - 1)
+			have = 0;   /* an entry of 64 KiB: not ours */
+		memmove(buf, p, have);
+	}
+out:
+	close(fd);
+	return found;
+}
+
+/* Kills every process of ours whose environment says it belongs to this
+ * job, until a pass finds none (they may fork meanwhile). */
+static void kill_by_environ(const char *run_id)
+{
+	char want[96];
+	size_t wlen = (size_t)snprintf(want, sizeof(want), "DISTRUN_JOB_ID=%s",
+				       run_id);
+	pid_t self = getpid();
+
+	for (int pass = 0; pass < 50; pass++) {
+		DIR *d = opendir("/proc");
+		struct dirent *e;
+		int found = 0;
+
+		if (!d)
+			return;
+		while ((e = readdir(d))) {
+			if (e->d_name[0] < '1' || e->d_name[0] > '9' ||
+			    atoi(e->d_name) == self)
+				continue;
+			if (environ_has(e->d_name, want, wlen)) {
+				kill(atoi(e->d_name), SIGKILL);
+				found++;
+			}
+		}
+		closedir(d);
+		if (!found)
+			return;
+		sleep_ms(20);
+	}
+}
+
+/* ------------------------------------------------------------ the guard */
+
+static void forget(pid_t pid)
+{
+	for (size_t i = 0; i < npgids; i++)
+		if (pgids[i] == pid) {
+			pgids[i] = pgids[--npgids];
+			return;
+		}
+}
+
+static void __attribute__((noreturn))
+guard_main(int rd, const char *cgroup_dir, const char *run_id)
+{
+	pid_t msg[256];
+	char *p = (char *)msg;
+	size_t have = 0;
 
 	if (rd != 3) {
 		dup2(rd, 3);
@@ -40,7 +271,8 @@ static void __attribute__((noreturn)) guard_main(int rd)
 	close(1);
 	close(2);
 	for (;;) {
-		ssize_t r = read(rd, p + have, sizeof(pgids) - have);
+		ssize_t r = read(rd, p + have, sizeof(msg) - have);
+		size_t n;
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -48,18 +280,22 @@ static void __attribute__((noreturn)) guard_main(int rd)
 			break;
 		have += r;
 		n = have / sizeof(pid_t);
-		if (have == sizeof(pgids)) {
-			/* All MAX_RANKS pids: only EOF is left to wait for. */
-			char c;
-
-			while ((r = read(rd, &c, 1)) > 0 ||
-			       (r < 0 && errno == EINTR))
-				;
-			break;
+		for (size_t i = 0; i < n; i++) {
+			if (msg[i] < 0)
+				forget(-msg[i]);
+			else if (npgids < MAX_RANKS)
+				pgids[npgids++] = msg[i];
 		}
+		have -= n * sizeof(pid_t);
+		memmove(msg, p + n * sizeof(pid_t), have);
 	}
-	for (size_t i = 0; i < n; i++)
+	/* distrun is gone. */
+	for (size_t i = 0; i < npgids; i++)
 		killpg(pgids[i], SIGKILL);
+	if (cgroup_dir)
+		cgroup_kill_remove(cgroup_dir);
+	else
+		kill_by_environ(run_id);
 	_exit(0);
 }
 
@@ -69,6 +305,7 @@ int guard_start(struct job *job)
 	pid_t pid;
 
 	job->guard_fd = -1;
+	cgroup_create(job);
 	if (pipe2(fds, O_CLOEXEC))
 		goto fail;
 	pid = fork();
@@ -79,7 +316,7 @@ int guard_start(struct job *job)
 	}
 	if (pid == 0) {
 		close(fds[1]);
-		guard_main(fds[0]);
+		guard_main(fds[0], job->cgroup_dir, job->run_id);
 	}
 	close(fds[0]);
 	job->guard_fd = fds[1];
@@ -91,14 +328,24 @@ fail:
 	return -1;
 }
 
-void guard_add(struct job *job, pid_t pgid)
+static void guard_send(struct job *job, pid_t msg)
 {
 	if (job->guard_fd >= 0 &&
-	    write(job->guard_fd, &pgid, sizeof(pgid)) != sizeof(pgid)) {
+	    write(job->guard_fd, &msg, sizeof(msg)) != sizeof(msg)) {
 		/* The guard is gone: carry on without it. */
 		close(job->guard_fd);
 		job->guard_fd = -1;
 	}
+}
+
+void guard_add(struct job *job, pid_t pgid)
+{
+	guard_send(job, pgid);
+}
+
+void guard_forget(struct job *job, pid_t pgid)
+{
+	guard_send(job, -pgid);
 }
 
 void guard_done(struct job *job)
@@ -112,4 +359,14 @@ void guard_done(struct job *job)
 	if (job->guard_fd >= 0)
 		close(job->guard_fd);
 	job->guard_fd = -1;
+	if (job->cgroup_fd >= 0)
+		close(job->cgroup_fd);
+	job->cgroup_fd = -1;
+	if (job->cgroup_dir) {
+		/* Empty by now, unless distrun gave up on processes that
+		 * ignore even SIGKILL (D state): then end them this way. */
+		cgroup_kill_remove(job->cgroup_dir);
+		free(job->cgroup_dir);
+		job->cgroup_dir = NULL;
+	}
 }

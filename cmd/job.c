@@ -23,7 +23,6 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "launcher.h"
@@ -33,22 +32,6 @@
 /* How long a stopped job waits after SIGKILL for a reader of its output
  * that does not read (see job_tick). */
 #define OUTPUT_GIVE_UP 2.0
-
-double now_mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-double now_real(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Sends sig (if not 0) to every direct child but the guard, and to its
  * process group, and returns how many children there are.  With
@@ -118,7 +101,11 @@ static void announce_failure(struct job *job, int r)
 	struct rank *rk = &job->ranks[r];
 	char st[64];
 
-	if (rk->exec_errno)
+	if (rk->exec_errno && rk->spawn_step == SPAWN_STEP_FDS)
+		fprintf(stderr, "distrun: rank %d: cannot set up its stdin, "
+			"stdout and stderr (dup2): %s\n", r,
+			strerror(rk->exec_errno));
+	else if (rk->exec_errno)
 		fprintf(stderr, "distrun: rank %d: cannot run %s: %s\n", r,
 			job->o->argv[0], strerror(rk->exec_errno));
 	else if (job->nodes)
@@ -131,22 +118,35 @@ static void announce_failure(struct job *job, int r)
 			rk->t_end - job->t0);
 }
 
+/* Reaps every child that has exited.  A rank is first only looked at
+ * (WNOWAIT) and struck from the guard's list, and reaped after: so the
+ * guard never holds a pid that may already belong to someone else. */
 static void reap(struct job *job)
 {
 	struct rusage ru;
+	siginfo_t si;
 	int status;
 	pid_t pid;
 
-	while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
+	for (;;) {
 		struct rank *rk = NULL;
 		int r;
 
+		si.si_pid = 0;
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) ||
+		    !si.si_pid)
+			break;
+		pid = si.si_pid;
 		for (r = 0; r < job->o->nranks; r++)
 			if (job->ranks[r].pid == pid &&
 			    job->ranks[r].state == RANK_RUNNING) {
 				rk = &job->ranks[r];
 				break;
 			}
+		if (rk)
+			guard_forget(job, pid);
+		while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+			;
 		if (!rk) {
 			/* An orphaned grandchild, or the guard (gone early:
 			 * carry on without it). */

@@ -33,6 +33,8 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include "clock.h"
+
 #define DISTRUN_VERSION "0.1.0"
 #define MAX_RANKS 4096
 
@@ -86,13 +88,12 @@ struct opts {
 int opts_parse(struct opts *o, int argc, char **argv);
 void opts_release(struct opts *o);
 
-/* "90s", "5m", "1h", "1.5s", "250ms", "2" (seconds).  Returns -1 on bad
- * input or a negative value, without printing. */
-int parse_duration(const char *s, double *out);
-
 /* ------------------------------------------------------------ ranks */
 
 enum rank_state { RANK_NEW, RANK_RUNNING, RANK_EXITED };
+
+/* The step of starting a rank that failed (struct rank's spawn_step). */
+enum { SPAWN_STEP_EXEC, SPAWN_STEP_FDS };
 
 struct linebuf {
 	char *buf;
@@ -108,6 +109,7 @@ struct rank {
 	int file_fd[2];            /* --output-dir files, -1 if none */
 	int status;                /* wait status once exited */
 	int exec_errno;            /* errno from a failed exec, or 0 */
+	int spawn_step;            /* SPAWN_STEP_*: what exec_errno is of */
 	bool stopped;              /* was running when distrun stopped it */
 	double t_start, t_end;     /* monotonic seconds */
 	struct rusage ru;
@@ -128,6 +130,7 @@ struct job {
 	int nopen;                 /* output fds not yet at EOF */
 	int sigfd;
 	int port_fd;               /* socket holding MASTER_PORT, or -1 */
+	int port_lock_fd;          /* its lock against other jobs, or -1 */
 	int guard_fd;              /* pipe to the guard process, or -1 */
 	pid_t guard_pid;           /* 0: none */
 	int master_port;
@@ -135,6 +138,8 @@ struct job {
 	char *prog_path;           /* resolved program (malloc) */
 	char **env;                /* environment template (spawn.c) */
 	int devnull;               /* the ranks' stdin */
+	int cgroup_fd;             /* the job cgroup's cgroup.procs, or -1 */
+	char *cgroup_dir;          /* the job's cgroup (malloc), or NULL */
 	sigset_t orig_mask;        /* restored in the ranks */
 	double t0;                 /* monotonic start */
 	double real_t0, real_t1;   /* wall clock start and end (epoch s) */
@@ -179,11 +184,20 @@ void nodes_job_handle(struct job *job);
 void nodes_job_stopping(struct job *job);
 int nodes_job_finish(struct job *job, int status);
 
-/* Monotonic and wall-clock time in seconds. */
-double now_mono(void);
-double now_real(void);
+/* Monotonic and wall-clock time in seconds (runtime/clock.h: the
+ * runtime's own clock, shared). */
+static inline double now_mono(void)
+{
+	return dri_now_s();
+}
 
-/* port.c: fills job->master_port (and port_fd when chosen here). */
+static inline double now_real(void)
+{
+	return dri_real_s();
+}
+
+/* port.c: fills job->master_port, port_fd and port_lock_fd; -1 after a
+ * message when the port is taken (by another job, or a listener). */
 int port_reserve(struct job *job);
 
 /* spawn.c: spawn_prepare() finds the program and builds the environment;
@@ -194,11 +208,14 @@ int spawn_prepare(struct job *job);
 int spawn_all(struct job *job);
 void spawn_release(struct job *job);
 
-/* guard.c: guard_start() before the first rank, guard_add() for each
- * rank's process group, guard_done() once the job has ended cleanly (it
- * kills and reaps the guard). */
+/* guard.c: guard_start() before the first rank (it also makes the job's
+ * cgroup where it can), guard_add() for each rank's process group,
+ * guard_forget() when the rank has exited but before it is reaped,
+ * guard_done() once the job has ended cleanly (it kills and reaps the
+ * guard and removes the cgroup). */
 int guard_start(struct job *job);
 void guard_add(struct job *job, pid_t pgid);
+void guard_forget(struct job *job, pid_t pgid);
 void guard_done(struct job *job);
 
 /* mux.c */

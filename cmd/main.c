@@ -4,6 +4,7 @@
  * launcher.h says which file owns which part.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +81,12 @@ static int setup_signals(struct job *job)
 	if (job->sigfd < 0)
 		goto fail;
 	/* Orphaned descendants of the ranks become our children, so we can
-	 * stop and reap them too. */
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	 * stop and reap them too.  Without it (it cannot fail on Linux 3.4
+	 * or later), the guard's cgroup still ends them. */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1))
+		fprintf(stderr, "distrun: cannot become the ranks' subreaper "
+			"(%s): their orphaned children are not waited for\n",
+			strerror(errno));
 	return 0;
 fail:
 	perror("distrun: signals");
@@ -122,13 +127,37 @@ static int alloc_ranks(struct job *job)
 	return 0;
 }
 
+/* With fd 0, 1 or 2 closed (`distrun ... >&-`), the next file distrun
+ * opens would take its number, and the ranks' output would be written
+ * into a pipe or a socket of ours.  /dev/null holds the place. */
+static int reserve_std_fds(void)
+{
+	for (int fd = 0; fd < 3; fd++) {
+		int nfd;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		nfd = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+		if (nfd != fd) {
+			if (nfd >= 0)
+				close(nfd);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
 	struct job job = { .o = &o, .sigfd = -1, .port_fd = -1,
-			   .guard_fd = -1, .devnull = -1, .first_fail = -1 };
+			   .port_lock_fd = -1,
+			   .guard_fd = -1, .devnull = -1, .first_fail = -1,
+			   .cgroup_fd = -1 };
 	int rc;
 
+	if (reserve_std_fds())
+		return 1;   /* nowhere to say so */
 	/* `distrun test ...` (a program named test: `distrun ./test`). */
 	if (argc > 1 && !strcmp(argv[1], "test"))
 		return test_main(argc - 1, argv + 1);
@@ -195,6 +224,8 @@ out:
 	spawn_release(&job);
 	if (job.port_fd >= 0)
 		close(job.port_fd);
+	if (job.port_lock_fd >= 0)
+		close(job.port_lock_fd);
 	if (job.sigfd >= 0)
 		close(job.sigfd);
 	nodes_release(job.nodes);

@@ -9,11 +9,11 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "launcher.h"
 #include "ci.h"
 
@@ -179,30 +179,22 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 	return 0;
 }
 
-int parse_duration(const char *s, double *out)
+/* A duration option in seconds, by the parser the runtime's
+ * DISTRUN_TIMEOUT also uses; positive: zero is refused too.  Returns 0,
+ * or -1 after the usage message. */
+static int parse_duration_opt(const char *opt, const char *s, bool positive,
+			      double *out)
 {
-	static const struct { const char *suffix; double mult; } units[] = {
-		{ "", 1 }, { "s", 1 }, { "ms", 0.001 }, { "m", 60 },
-		{ "h", 3600 }, { "d", 86400 },
-	};
-	char *end;
-	double v;
+	const char *why = "must be more than 0";
+	int64_t ms;
 
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || !isfinite(v) || v < 0 || *s == '-' ||
-	    *s == '+' || (*s < '0' && *s != '.') || *s > '9')
+	if (dri_duration_parse(s, &ms, &why) || (positive && !ms)) {
+		fprintf(stderr, "distrun: invalid %s '%s': %s\n"
+			"Try 'distrun --help'.\n", opt, s, why);
 		return -1;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-		if (!strcmp(end, units[i].suffix)) {
-			/* "1e306d" is a finite number of days but not of
-			 * seconds. */
-			if (!isfinite(v * units[i].mult))
-				return -1;
-			*out = v * units[i].mult;
-			return 0;
-		}
-	return -1;
+	}
+	*out = ms / 1000.0;
+	return 0;
 }
 
 /* "0,2-3" or "none" into o->show; needs o->nranks. */
@@ -426,13 +418,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			}
 			break;
 		case OPT_TIMEOUT:
-			if (parse_duration(optarg, &o->timeout) ||
-			    o->timeout <= 0) {
-				usage_hint("invalid --timeout '%s' (expected "
-					   "a duration like 90s, 5m, 1h)",
-					   optarg);
+			if (parse_duration_opt("--timeout", optarg, true,
+					       &o->timeout))
 				return EXIT_USAGE;
-			}
 			break;
 		case OPT_STALL_TIMEOUT:
 			if (parse_duration(optarg, &o->stall_timeout) ||
@@ -451,11 +439,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			o->trace = optarg;
 			break;
 		case OPT_GRACE:
-			if (parse_duration(optarg, &o->grace)) {
-				usage_hint("invalid --grace '%s' (expected "
-					   "a duration like 5s, 500ms)", optarg);
+			if (parse_duration_opt("--grace", optarg, false,
+					       &o->grace))
 				return EXIT_USAGE;
-			}
 			break;
 		case OPT_REPORT:
 			o->report = optarg;

@@ -179,7 +179,8 @@ static const char *rank_note(const struct job *job, int r)
 	if (r == job->first_fail)
 		return "first failure";
 	if (job->ranks[r].exec_errno)
-		return "cannot run";
+		return job->ranks[r].spawn_step == SPAWN_STEP_FDS ?
+		       "cannot set up fds" : "cannot run";
 	if (job->ranks[r].stopped)
 		return job->timed_out ? "timed out" : "stopped";
 	return "";

@@ -4,10 +4,11 @@
  * Modelled on git's start_command(): everything a child needs (the
  * program's path, its argv, its whole environment, its fds) is made in the
  * parent before vfork(), so the child does only async-signal-safe work:
- * setpgid, prctl, dup2, sigprocmask, execve.  If execve fails, the child
- * writes errno into an O_CLOEXEC pipe and _exit()s with 127 (not found) or
- * 126 (not executable); the parent reads the pipe, which gives 0 bytes when
- * the exec succeeded.
+ * setpgid, prctl, dup2, sigaction, sigprocmask, execve.  If a step fails,
+ * the child writes which step and its errno into an O_CLOEXEC pipe and
+ * _exit()s with 127 (not found) or 126 (not executable) when exec failed,
+ * 1 when setting up its fds did; the parent reads the pipe, which gives 0
+ * bytes when the exec succeeded.
  *
  * The job's secret (DISTRUN_SECRET, 32 bytes from getrandom in hex) goes
  * to the ranks in their environment only: /proc/PID/environ is readable by
@@ -254,11 +255,21 @@ int spawn_prepare(struct job *job)
 	return 0;
 }
 
-/* In the child, between fork and exec: async-signal-safe calls only. */
+/* What the child sends back when it cannot exec: the step that failed
+ * and its errno. */
+struct child_err {
+	int step;
+	int err;
+};
+
+/* In the child, between vfork and exec: async-signal-safe calls only.
+ * The parent blocked every signal around vfork(), so no handler of
+ * distrun's can run here on the memory we share with it; the handlers
+ * are reset to their defaults before the rank's own mask is restored. */
 static void __attribute__((noreturn))
 child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
 {
-	int e;
+	struct child_err ce = { SPAWN_STEP_FDS, 0 };
 
 	setpgid(0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
@@ -266,22 +277,37 @@ child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
 	/* distrun's gdb may trace us under Yama's ptrace_scope=1 (diag.c);
 	 * EINVAL without Yama. */
 	prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+	if (job->cgroup_fd >= 0)
+		/* "0": the writer itself; failing is harmless (guard.c). */
+		(void)!write(job->cgroup_fd, "0", 1);
 	if (dup2(job->devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
-	signal(SIGPIPE, SIG_DFL);   /* ignored in distrun; exec keeps that */
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		/* SIGPIPE is ignored in distrun, and exec would keep that. */
+		if (!sigaction(sig, NULL, &sa) && (sig == SIGPIPE ||
+		    (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)))
+			signal(sig, SIG_DFL);
+	}
+	ce.step = SPAWN_STEP_EXEC;
 	sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
 	execve(job->prog_path, job->o->argv, job->env);
 fail:
-	e = errno;
-	while (write(errpipe, &e, sizeof(e)) < 0 && errno == EINTR)
+	ce.err = errno;
+	while (write(errpipe, &ce, sizeof(ce)) < 0 && errno == EINTR)
 		;
-	_exit(e == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
+	if (ce.step != SPAWN_STEP_EXEC)
+		_exit(1);
+	_exit(ce.err == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
 }
 
 static int spawn_rank(struct job *job, int r, pid_t self)
 {
 	struct rank *rk = &job->ranks[r];
 	int out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
+	sigset_t all, mask;
+	int vfork_errno;
 	pid_t pid;
 
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
@@ -294,12 +320,19 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	rk->t_start = now_mono();
 	/* vfork: the child borrows our memory until it execs, so no page
 	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The
-	 * child only makes system calls and never returns. */
+	 * child only makes system calls and never returns.  No signal is
+	 * delivered to either side until it has exec'd (see child_exec). */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &mask);
 	pid = vfork();
-	if (pid < 0)
-		goto fail;
 	if (pid == 0)
 		child_exec(job, self, out[1], err[1], ep[1]);
+	vfork_errno = errno;
+	sigprocmask(SIG_SETMASK, &mask, NULL);
+	if (pid < 0) {
+		errno = vfork_errno;
+		goto fail;
+	}
 	/* Also here, so that killpg works before the child has run. */
 	setpgid(pid, pid);
 	guard_add(job, pid);
@@ -357,16 +390,18 @@ int spawn_all(struct job *job)
 	 * when that child has exec'd or failed). */
 	for (int r = 0; r < job->o->nranks; r++) {
 		struct rank *rk = &job->ranks[r];
+		struct child_err ce;
 		ssize_t n;
-		int e;
 
 		if (rk->errpipe < 0)
 			continue;
 		do
-			n = read(rk->errpipe, &e, sizeof(e));
+			n = read(rk->errpipe, &ce, sizeof(ce));
 		while (n < 0 && errno == EINTR);
-		if (n == sizeof(e))
-			rk->exec_errno = e;
+		if (n == sizeof(ce)) {
+			rk->exec_errno = ce.err;
+			rk->spawn_step = ce.step;
+		}
 		close(rk->errpipe);
 		rk->errpipe = -1;
 	}

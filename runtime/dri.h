@@ -2,6 +2,8 @@
  * dri.h - libdistrun's internal interface (never installed).
  *
  * The runtime is cut in parts that meet here:
+ *   clock.c      the monotonic clock and the one duration parser
+ *                (clock.h, shared with the launcher)
  *   error.c      error codes, per-thread last-error message       (dri_fail)
  *   reduce.c     element-wise reduction kernels for every dtype x op
  *   store.c      the rendezvous key-value store (rank 0 hosts it)
@@ -27,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "distrun.h"
 
 /* ------------------------------------------------------------ errors */
@@ -221,8 +224,7 @@ void dri_work_p2p_start(dr_work *w);
  * error. */
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
-/* Deadline arithmetic: monotonic milliseconds, and the job's timeout. */
-int64_t dri_now_ms(void);
+/* Deadline arithmetic: dri_now_ms() (clock.h), and the job's timeout. */
 int64_t dri_timeout_ms(void);
 /* The timeout the current thread's waits use: op->timeout_ms while
  * dri_submit runs an op that sets one, else dri_timeout_ms(). */
@@ -231,9 +233,6 @@ int64_t dri_op_timeout_ms(void);
  * (pthread_cond_clockwait), so that setting the wall clock changes no
  * wait.  Every condition wait of the runtime goes through here. */
 void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
-/* Parses a duration: "90" (seconds), "90s", "1500ms", "5m", "1h", "1.5h".
- * DR_EINVAL for anything else, or zero/negative values. */
-dr_err dri_parse_duration(const char *s, int64_t *ms);
 
 /* ------------------------------------------------------------ store */
 

@@ -49,58 +49,21 @@ static struct {
 	pid_t pid; /* the process that joined */
 } I = { .rank = -1, .size = -1 };
 
-int64_t dri_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-dr_err dri_parse_duration(const char *s, int64_t *ms)
-{
-	char *end;
-	double v, mul = 1000;
-
-	if (!s || !*s)
-		return dri_fail(DR_EINVAL, "empty duration");
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno || !isfinite(v))
-		return dri_fail(DR_EINVAL, "bad duration '%s' (use e.g. 90, "
-				"90s, 5m, 1h)", s);
-	if (!strcmp(end, "") || !strcmp(end, "s"))
-		mul = 1000;
-	else if (!strcmp(end, "ms"))
-		mul = 1;
-	else if (!strcmp(end, "m"))
-		mul = 60000;
-	else if (!strcmp(end, "h"))
-		mul = 3600000;
-	else
-		return dri_fail(DR_EINVAL, "bad duration '%s': unknown unit "
-				"'%s' (use ms, s, m or h)", s, end);
-	if (v <= 0 || v * mul > 9e15)
-		return dri_fail(DR_EINVAL, "bad duration '%s': must be "
-				"positive", s);
-	*ms = (int64_t)(v * mul + 0.5);
-	if (*ms < 1)
-		*ms = 1;
-	return DR_OK;
-}
-
 /* The timeout from DISTRUN_TIMEOUT, or the default; err set if the
  * variable is malformed. */
 static int64_t env_timeout(dr_err *err)
 {
 	const char *s = getenv("DISTRUN_TIMEOUT");
+	const char *why;
 	int64_t ms;
 
 	*err = DR_OK;
 	if (!s || !*s)
 		return DEFAULT_TIMEOUT_MS;
-	if (dri_parse_duration(s, &ms)) {
-		*err = dri_fail(DR_EENV, "DISTRUN_TIMEOUT: %s", dr_last_error());
+	if (dri_duration_parse(s, &ms, &why) || (!ms && (why = "must be "
+						       "positive"))) {
+		*err = dri_fail(DR_EENV, "DISTRUN_TIMEOUT: bad duration '%s': %s",
+				s, why);
 		return DEFAULT_TIMEOUT_MS;
 	}
 	return ms;

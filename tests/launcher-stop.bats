@@ -259,3 +259,91 @@ all_in_state() {
 	grep -Eq '^ +0  SIGTERM .* timed out$' <<<"$output"
 	grep -Eq '^ +1  SIGTERM .* timed out$' <<<"$output"
 }
+
+# double_fork_job N [ENV...]: N ranks each leave a setsid'd sleeper behind
+# a double fork (its pid in $BATS_TEST_TMPDIR/sleeper.RANK), then hang.
+double_fork_job() {
+	local n=$1; shift
+	OUT=$BATS_TEST_TMPDIR/out
+	ERR=$BATS_TEST_TMPDIR/err
+	( trap - INT QUIT; exec env "$@" "$DISTRUN" -n "$n" --grace 60s sh -c '
+		f=$1.$RANK
+		( setsid sh -c "echo \$\$ >$f.tmp && mv $f.tmp $f; exec sleep 120" & )
+		exec "$0"' "$TESTDATA/hang" "$BATS_TEST_TMPDIR/sleeper" ) \
+		>"$OUT" 2>"$ERR" &
+	DPID=$!
+}
+sleepers_ready() {
+	[ "$(ls "$BATS_TEST_TMPDIR"/sleeper.? 2>/dev/null | wc -l)" -ge "$1" ]
+}
+
+@test "kill -9 of distrun: setsid'd, double-forked descendants die too" {
+	double_fork_job 3
+	ready 3
+	wait_until 30 sleepers_ready 3
+	sleepers=$(cat "$BATS_TEST_TMPDIR"/sleeper.?)
+	ranks=$(job_pids)
+	# Not in any process group of the ranks, not distrun's child.
+	for p in $sleepers; do
+		[ "$(ps -o sid= -p "$p" | tr -d ' ')" = "$p" ]
+	done
+	cg=$(grep '^0::' /proc/"$(head -1 <<<"$sleepers")"/cgroup | cut -d: -f3)
+	kill -KILL "$DPID"
+	wait_until 30 dead $ranks $sleepers
+	# The job's cgroup (where one could be made) is gone too.
+	case $cg in
+	*/distrun.*) mnt=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
+		wait_until 30 test ! -d "$mnt$cg" ;;
+	esac
+}
+
+@test "kill -9 of distrun without a cgroup (DISTRUN_CGROUP=0): descendants die too" {
+	double_fork_job 2 DISTRUN_CGROUP=0
+	ready 2
+	wait_until 30 sleepers_ready 2
+	sleepers=$(cat "$BATS_TEST_TMPDIR"/sleeper.?)
+	! grep -q distrun /proc/"$(head -1 <<<"$sleepers")"/cgroup
+	kill -KILL "$DPID"
+	wait_until 30 dead $(job_pids) $sleepers
+}
+
+@test "a setsid'd, double-forked descendant is stopped at the end of a normal job" {
+	run "$DISTRUN" -n 2 --grace 60s sh -c '
+		( setsid sh -c "echo \$\$ >$0.$RANK.tmp && mv $0.$RANK.tmp $0.$RANK; exec sleep 120" & )
+		i=0; while [ ! -e $0.$RANK ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done' \
+		"$BATS_TEST_TMPDIR/sleeper"
+	[ "$status" -eq 0 ]
+	gone $(cat "$BATS_TEST_TMPDIR"/sleeper.?)
+}
+
+# spawn_with_pid PID CMD...: starts CMD in the background as pid PID
+# (through ns_last_pid); false if another process took the pid first.
+spawn_with_pid() {
+	local want=$1; shift
+	echo $((want - 1)) >/proc/sys/kernel/ns_last_pid 2>/dev/null || return 2
+	"$@" &
+	[ "$!" -eq "$want" ] || { kill "$!"; return 1; }
+}
+
+@test "the guard forgets a reaped rank: a stranger that reuses its pid survives kill -9 of distrun" {
+	[ -w /proc/sys/kernel/ns_last_pid ] || skip "needs ns_last_pid (root)"
+	# Rank 0 exits at once; rank 1 hangs.
+	start_job -n 2 --grace 60s sh -c '[ "$RANK" = 0 ] && { echo "pid $$"; exit 0; }; exec "$0"' "$TESTDATA/hang"
+	ready 2
+	r0=$(grep '^\[0\] pid' "$OUT" | awk '{ print $3 }')
+	wait_until 30 gone "$r0"
+	# A stranger with the reaped rank's pid, leading its own group.
+	got=
+	for i in $(seq 20); do
+		if spawn_with_pid "$r0" setsid sleep 120; then got=$!; break; fi
+	done
+	[ -n "$got" ] || skip "could not get pid $r0 back (a busy machine)"
+	[ "$(ps -o pgid= -p "$got" | tr -d ' ')" = "$r0" ]
+	r1=$(grep '^\[1\] pid' "$OUT" | awk '{ print $3 }')
+	guard=$(ps -o pid= --ppid "$DPID" | tr -d ' ' | grep -vx "$r1" | head -1)
+	kill -KILL "$DPID"
+	wait_until 30 dead "$r1"
+	[ -z "$guard" ] || wait_until 30 dead "$guard"
+	ps -o pid= -p "$got" >/dev/null
+	kill "$got"
+}

@@ -54,11 +54,76 @@ bats_require_minimum_version 1.5.0
 	[ "$output" = "[0] DISTRUN_TEST_VAR=hello" ]
 }
 
+# A port nothing is bound to now.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
+}
+
 @test "--master-addr and --master-port override the defaults" {
-	run "$DISTRUN" -n 1 --master-addr 10.1.2.3 --master-port 23456 "$TESTDATA/envdump" MASTER_ADDR MASTER_PORT
-	[ "$output" = $'[0] MASTER_ADDR=10.1.2.3\n[0] MASTER_PORT=23456' ]
-	run "$DISTRUN" -n 1 --master_addr h --master_port=2 "$TESTDATA/envdump" MASTER_ADDR MASTER_PORT
-	[ "$output" = $'[0] MASTER_ADDR=h\n[0] MASTER_PORT=2' ]
+	p=$(free_port)
+	run "$DISTRUN" -n 1 --master-addr 10.1.2.3 --master-port "$p" "$TESTDATA/envdump" MASTER_ADDR MASTER_PORT
+	[ "$output" = $'[0] MASTER_ADDR=10.1.2.3\n[0] MASTER_PORT='"$p" ]
+	p=$(free_port)
+	run "$DISTRUN" -n 1 --master_addr h --master_port="$p" "$TESTDATA/envdump" MASTER_ADDR MASTER_PORT
+	[ "$output" = $'[0] MASTER_ADDR=h\n[0] MASTER_PORT='"$p" ]
+}
+
+@test "two jobs given the same --master-port: the second fails alone, at once, and the first completes" {
+	p=$(free_port)
+	go=$BATS_TEST_TMPDIR/go
+	# The first job waits for the second to have failed, then runs a
+	# real rendezvous on the port.
+	"$DISTRUN" -n 2 --master-port "$p" sh -c '
+		i=0; while [ ! -e "$1" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+		exec "$0" init' "$CTESTS/coll_check" "$go" >"$BATS_TEST_TMPDIR/first" 2>&1 &
+	first=$!
+	# Its lock is taken before it starts any rank.
+	wait_until 30 grep -q "@distrun/port/$p\b" /proc/net/unix
+	run "$DISTRUN" -n 2 --master-port "$p" "$CTESTS/coll_check" init
+	touch "$go"
+	[ "$status" -eq 1 ]
+	[ "$output" = "distrun: --master-port $p is in use by another distrun job" ]
+	wait "$first" || { cat "$BATS_TEST_TMPDIR/first"; false; }
+}
+
+@test "a --master-port that another program listens on is refused before anything starts" {
+	python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(60)' >"$BATS_TEST_TMPDIR/port" &
+	listener=$!
+	wait_until 30 test -s "$BATS_TEST_TMPDIR/port"
+	p=$(cat "$BATS_TEST_TMPDIR/port")
+	run "$DISTRUN" -n 2 --master-port "$p" sh -c 'echo started'
+	kill "$listener"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "distrun: --master-port $p: Address already in use (another program listens on it)" ]]
+}
+
+@test "with stdout and stderr closed (>&- 2>&-), a passing job exits 0" {
+	run sh -c '"$0" -n 2 "$1" RANK >&- 2>&-' "$DISTRUN" "$TESTDATA/envdump"
+	[ "$status" -eq 0 ]
+	run sh -c '"$0" -n 2 "$1" RANK <&- >&- 2>&-' "$DISTRUN" "$TESTDATA/envdump"
+	[ "$status" -eq 0 ]
+	# and a failing one still says so by its status
+	run sh -c '"$0" -n 2 sh -c "exit 3" >&- 2>&-' "$DISTRUN"
+	[ "$status" -eq 3 ]
+}
+
+@test "--timeout and DISTRUN_TIMEOUT read durations alike (one parser)" {
+	for d in 1d 1.5h 90 90s 250ms 2m .5d; do
+		run "$DISTRUN" --timeout "$d" true
+		[ "$status" -eq 0 ] || { echo "--timeout $d: $output"; false; }
+		DISTRUN_TIMEOUT=$d run "$DISTRUN" -n 2 "$CTESTS/coll_check" init
+		[ "$status" -eq 0 ] || { echo "DISTRUN_TIMEOUT=$d: $output"; false; }
+	done
+	for d in 1w soon -5s 5x 0 1e3 " 5"; do
+		run "$DISTRUN" --timeout "$d" true
+		[ "$status" -eq 2 ] || { echo "--timeout $d: $output"; false; }
+		DISTRUN_TIMEOUT=$d run "$DISTRUN" -n 1 "$CTESTS/coll_check" init
+		[ "$status" -ne 0 ] || { echo "DISTRUN_TIMEOUT=$d accepted"; false; }
+		[[ "$output" == *DISTRUN_TIMEOUT* ]]
+	done
 }
 
 @test "20 concurrent jobs get 20 different master ports" {

@@ -37,7 +37,7 @@ help_options() {
 		case $opt in
 		--help|--version) run "$DISTRUN" "$opt" ;;
 		--nproc*) run "$DISTRUN" "$opt" 1 true ;;
-		--master-port|--master_port) run "$DISTRUN" "$opt" 29500 true ;;
+		--master-port|--master_port) run "$DISTRUN" "$opt" "$(python3 -c 'import socket; s=socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])')" true ;;
 		--ranks) run "$DISTRUN" "$opt" 0 true ;;
 		--output-dir) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/o" true ;;
 		--color) run "$DISTRUN" "$opt" never true ;;

@@ -1,6 +1,5 @@
 /*
- * test_errors.c - error codes and messages, and the parsing of durations
- * (DISTRUN_TIMEOUT).
+ * test_errors.c - error codes and messages.
  */
 #include <pthread.h>
 #include <string.h>
@@ -72,29 +71,6 @@ static int test_messages_are_per_thread(void)
 	return 0;
 }
 
-static int test_durations(void)
-{
-	static const struct { const char *s; int64_t ms; } ok[] = {
-		{ "90", 90000 }, { "90s", 90000 }, { "5m", 300000 },
-		{ "1h", 3600000 }, { "1.5h", 5400000 }, { "250ms", 250 },
-		{ "0.5", 500 },
-	};
-	static const char *bad[] = { "", "soon", "5x", "-3", "0", "1e400",
-				     "m", "5 m" };
-	int64_t ms;
-
-	for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
-		CHECKF(dri_parse_duration(ok[i].s, &ms) == DR_OK, "%s", ok[i].s);
-		CHECKF(ms == ok[i].ms, "%s gave %lld", ok[i].s, (long long)ms);
-	}
-	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
-		CHECKF(dri_parse_duration(bad[i], &ms) == DR_EINVAL, "'%s'", bad[i]);
-		CHECK(*dr_last_error());
-	}
-	CHECK(dri_parse_duration(NULL, &ms) == DR_EINVAL);
-	return 0;
-}
-
 static int test_calls_before_init_fail_cleanly(void)
 {
 	float x = 1;
@@ -133,7 +109,6 @@ static const struct unit_test tests[] = {
 	UNIT(test_fail_records_the_message),
 	UNIT(test_long_messages_are_cut),
 	UNIT(test_messages_are_per_thread),
-	UNIT(test_durations),
 	UNIT(test_calls_before_init_fail_cleanly),
 	UNIT(test_coll_names),
 	{ 0 },

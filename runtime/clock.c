@@ -1,0 +1,86 @@
+/*
+ * clock.c - the monotonic clock and the duration parser (see clock.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+
+int64_t dri_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double dri_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+double dri_real_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int dri_duration_parse(const char *s, int64_t *ms, const char **why)
+{
+	static const struct { const char *unit; double ms; } units[] = {
+		{ "", 1000 }, { "s", 1000 }, { "ms", 1 }, { "m", 60000 },
+		{ "h", 3600000 }, { "d", 86400000 },
+	};
+	size_t len, digits;
+	char num[64], *end;
+	double v;
+
+	if (!s || !*s) {
+		*why = "empty duration";
+		return -1;
+	}
+	/* Our own scan of the number: strtod alone would also take a sign,
+	 * leading space, hex, "inf" and exponents. */
+	len = strspn(s, "0123456789.");
+	digits = 0;
+	for (size_t i = 0; i < len; i++)
+		digits += s[i] != '.';
+	if (!digits || len >= sizeof(num) || memchr(s, '.', len) !=
+	    memrchr(s, '.', len)) {
+		*why = "expected a number and a unit, like 90s, 250ms, 5m, "
+		       "1h or 1d";
+		return -1;
+	}
+	memcpy(num, s, len);
+	num[len] = 0;
+	v = strtod(num, &end);
+	if (*end || !isfinite(v)) {
+		*why = "expected a number and a unit, like 90s, 250ms, 5m, "
+		       "1h or 1d";
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		double t;
+
+		if (strcmp(s + len, units[i].unit))
+			continue;
+		t = v * units[i].ms;
+		if (t > (double)DRI_DURATION_MAX_MS) {
+			*why = "too long (at most 285 years)";
+			return -1;
+		}
+		*ms = (int64_t)(t + 0.5);
+		if (*ms == 0 && t > 0)
+			*ms = 1;
+		return 0;
+	}
+	*why = "unknown unit (use ms, s, m, h or d)";
+	return -1;
+}

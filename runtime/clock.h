@@ -1,0 +1,37 @@
+/*
+ * clock.h - time for the runtime and the launcher alike: one monotonic
+ * clock for every deadline, and one parser for every duration a user
+ * writes (distrun --timeout and --grace, DISTRUN_TIMEOUT), so that the
+ * launcher and the library can never read "1d" differently.
+ *
+ * This is the bottom layer: it depends on nothing else of distrun (no
+ * error state, no allocation), so cmd/ links it as it is.
+ */
+#ifndef DRI_CLOCK_H
+#define DRI_CLOCK_H
+
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in milliseconds and in seconds: deadlines and
+ * durations.  Never goes back, not even when the wall clock is set. */
+int64_t dri_now_ms(void);
+double dri_now_s(void);
+
+/* CLOCK_REALTIME in seconds since the epoch: only for times shown to
+ * people (report start and end), never for a deadline. */
+double dri_real_s(void);
+
+/* The largest duration accepted: about 285 years, so that a deadline in
+ * milliseconds, seconds as a double, or poll's timeout never overflow. */
+#define DRI_DURATION_MAX_MS (9000000000000000LL)
+
+/* Parses a duration: a decimal number (digits, an optional fraction, no
+ * sign, no exponent, no space) and a unit: none or "s" (seconds), "ms",
+ * "m", "h" or "d".  "90", "1.5s", "250ms", "5m", "1h", "1d".  Returns 0
+ * and *ms (rounded to the nearest millisecond; a value above 0 but below
+ * 1 ms gives 1), or -1 with *why saying what was wrong (a static string)
+ * and *ms untouched.  Zero is accepted: callers that need a positive
+ * duration check that themselves. */
+int dri_duration_parse(const char *s, int64_t *ms, const char **why);
+
+#endif

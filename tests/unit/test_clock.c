@@ -1,0 +1,84 @@
+/*
+ * test_clock.c - the one duration parser (runtime/clock.c) that both
+ * distrun's --timeout/--grace and the runtime's DISTRUN_TIMEOUT use, and
+ * the monotonic clock.
+ */
+#include <string.h>
+
+#include "clock.h"
+#include "runner.h"
+
+static int test_durations_in_every_unit(void)
+{
+	static const struct { const char *s; int64_t ms; } ok[] = {
+		{ "90", 90000 }, { "90s", 90000 }, { "5m", 300000 },
+		{ "1h", 3600000 }, { "1.5h", 5400000 }, { "250ms", 250 },
+		{ "0.5", 500 }, { "1d", 86400000 }, { "2.5d", 216000000 },
+		{ ".5s", 500 }, { "0", 0 }, { "0ms", 0 }, { "0.0001s", 1 },
+	};
+	int64_t ms;
+	const char *why;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
+		CHECKF(dri_duration_parse(ok[i].s, &ms, &why) == 0, "%s", ok[i].s);
+		CHECKF(ms == ok[i].ms, "%s gave %lld", ok[i].s, (long long)ms);
+	}
+	return 0;
+}
+
+static int test_bad_durations_say_why(void)
+{
+	static const char *bad[] = { "", "soon", "5x", "-3", "+3", " 3",
+				     "1e400", "1e3", "m", "5 m", "0x10",
+				     "inf", "nan", "1..2", ".", "1.2.3",
+				     "3s ", "3S", "1w" };
+	int64_t ms = 42;
+	const char *why;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		why = NULL;
+		CHECKF(dri_duration_parse(bad[i], &ms, &why) == -1, "'%s'", bad[i]);
+		CHECKF(why && *why, "'%s'", bad[i]);
+		CHECK(ms == 42);
+	}
+	CHECK(dri_duration_parse(NULL, &ms, &why) == -1);
+	CHECK(dri_duration_parse("3w", &ms, &why) == -1 && strstr(why, "unit"));
+	return 0;
+}
+
+static int test_huge_durations_are_refused(void)
+{
+	int64_t ms;
+	const char *why;
+
+	CHECK(dri_duration_parse("1000000000d", &ms, &why) == -1);
+	CHECK(strstr(why, "too long"));
+	CHECK(dri_duration_parse("100000d", &ms, &why) == 0);
+	CHECK(ms == 100000LL * 86400000);
+	return 0;
+}
+
+static int test_monotonic_clock_goes_forward(void)
+{
+	int64_t a = dri_now_ms();
+	double s = dri_now_s();
+
+	CHECK(a >= 0 && s >= 0);
+	CHECK(dri_now_ms() >= a);
+	CHECK(dri_now_s() >= s);
+	CHECK(dri_real_s() > 1.6e9);    /* after 2020 */
+	return 0;
+}
+
+static const struct unit_test tests[] = {
+	UNIT(test_durations_in_every_unit),
+	UNIT(test_bad_durations_say_why),
+	UNIT(test_huge_durations_are_refused),
+	UNIT(test_monotonic_clock_goes_forward),
+	{ 0 },
+};
+
+int main(int argc, char **argv)
+{
+	return unit_run(tests, argc, argv);
+}
