@@ -269,14 +269,16 @@ static int poll_timeout(struct job *job)
 {
 	double t = now_mono(), until = -1;
 
-	if (job->nlive == 0 && !job->stopping)
+	if (job->nlive == 0 && !job->stopping &&
+	    (job->nopen > 0 || signal_children(job, 0)))
 		return 0;   /* see check_leftovers() */
 	if (job->o->timeout > 0 && !job->stopping)
 		until = job->t0 + job->o->timeout;
 	else if (job->stopping && !job->killed)
 		until = job->kill_at;
 	else if (job->killed)
-		until = t + 0.1;    /* re-kill new orphans, see check_timers */
+		until = t + 0.1;    /* re-kill new orphans, see check_timers;
+				     * and check_output */
 	if (diag_deadline(job) >= 0 && (until < 0 || diag_deadline(job) < until))
 		until = diag_deadline(job);
 	if (until < 0)
@@ -290,20 +292,20 @@ static int poll_timeout(struct job *job)
 	return (int)((until - t) * 1000) + 1;
 }
 
-bool job_tick(struct job *job)
+/* The output is given up when the job was stopped (--timeout, a signal),
+ * SIGKILL was sent, and the reader has still not read for OUTPUT_GIVE_UP
+ * seconds after it. */
+static void check_output(struct job *job)
 {
-	static bool busy;
-	bool give_up;
+	if ((mux_pending_fd(0) >= 0 || mux_pending_fd(1) >= 0) &&
+	    job->killed && (job->timed_out || job->stop_signal) &&
+	    now_mono() > job->kill_at + OUTPUT_GIVE_UP)
+		mux_give_up(job);
+}
 
-	if (busy)
-		return false;
-	busy = true;
-	handle_signals(job);
-	check_timers(job);
-	give_up = job->killed && (job->timed_out || job->stop_signal) &&
-		  now_mono() > job->kill_at + OUTPUT_GIVE_UP;
-	busy = false;
-	return give_up;
+static bool output_pending(void)
+{
+	return mux_pending_fd(0) >= 0 || mux_pending_fd(1) >= 0;
 }
 
 static void close_stream(struct job *job, int r, int s)
@@ -320,7 +322,7 @@ static void close_stream(struct job *job, int r, int s)
 int job_run(struct job *job)
 {
 	int n = job->o->nranks;
-	int nmax = 2 * n + 1 + (job->nodes ? job->nnodes : 0);
+	int nmax = 2 * n + 3 + (job->nodes ? job->nnodes : 0);
 	struct pollfd *pfd = malloc((size_t)nmax * sizeof(*pfd));
 	int *who = malloc(2 * (size_t)n * sizeof(*who));
 
@@ -331,9 +333,11 @@ int job_run(struct job *job)
 		return -1;
 	}
 	for (;;) {
-		int np = 1, nn, rc;
+		int np = 3, nn, rc;
+		bool full = mux_full();
 
-		if (job->nlive == 0 && job->nopen == 0 && !signal_children(job, 0))
+		if (job->nlive == 0 && job->nopen == 0 && !output_pending() &&
+		    !signal_children(job, 0))
 			break;
 		if (job->killed && now_mono() > job->kill_at + AFTER_KILL_WAIT) {
 			fprintf(stderr, "distrun: processes still hold the "
@@ -342,15 +346,19 @@ int job_run(struct job *job)
 			break;
 		}
 		pfd[0] = (struct pollfd){ .fd = job->sigfd, .events = POLLIN };
-		for (int r = 0; r < n; r++) {
+		/* The console, while output waits for it (fd -1: ignored). */
+		pfd[1] = (struct pollfd){ mux_pending_fd(0), POLLOUT, 0 };
+		pfd[2] = (struct pollfd){ mux_pending_fd(1), POLLOUT, 0 };
+		/* The ranks, unless their output would only pile up here. */
+		for (int r = 0; r < n && !full; r++) {
 			struct rank *rk = &job->ranks[r];
 
 			if (rk->out_fd >= 0) {
-				who[np - 1] = 2 * r;
+				who[np - 3] = 2 * r;
 				pfd[np++] = (struct pollfd){ rk->out_fd, POLLIN, 0 };
 			}
 			if (rk->err_fd >= 0) {
-				who[np - 1] = 2 * r + 1;
+				who[np - 3] = 2 * r + 1;
 				pfd[np++] = (struct pollfd){ rk->err_fd, POLLIN, 0 };
 			}
 		}
@@ -360,8 +368,8 @@ int job_run(struct job *job)
 			perror("distrun: poll");
 			break;
 		}
-		for (int i = 1; rc > 0 && i < np; i++) {
-			int r = who[i - 1] / 2, s = who[i - 1] % 2;
+		for (int i = 3; rc > 0 && i < np; i++) {
+			int r = who[i - 3] / 2, s = who[i - 3] % 2;
 
 			if (!pfd[i].revents)
 				continue;
@@ -383,7 +391,8 @@ int job_run(struct job *job)
 		}
 		check_timers(job);
 		diag_tick(job);
-		check_leftovers(job, rc == 0);
+		check_output(job);
+		check_leftovers(job, rc == 0 && !full);
 	}
 	/* Whatever is still ours after giving up: no zombies. */
 	reap(job);

@@ -11,12 +11,18 @@
  *   spawn.c    each rank's environment, PATH lookup, fork + exec with the
  *              exec error sent back over an O_CLOEXEC pipe
  *   mux.c      the output multiplexer: whole lines, labels, colours,
- *              per-rank files, timestamps
+ *              per-rank files, timestamps, non-blocking console writes
  *   guard.c    a watchdog process that kills the ranks' process groups if
  *              distrun dies by SIGKILL
  *   job.c      the event loop: poll over pipes and a signalfd, reaping
  *              with wait4, stopping the job (TERM, grace, KILL)
  *   report.c   the end-of-job summary on stderr and the JSON report
+ *   fmt.c      formatting helpers (signal names, statuses, rank lists);
+ *              with runtime/clock.c, the bottom layer
+ *
+ * Calls go one way: main -> job -> (spawn, guard, mux, report) -> fmt,
+ * clock.  The mux never calls back into the job loop: its writes do not
+ * block, and the loop polls for the console (POLLOUT) itself.
  *
  * Ownership: struct job owns every fd and buffer named in it; job_release()
  * frees them.  Functions return 0 or -1 and have printed a one-line
@@ -86,6 +92,10 @@ struct opts {
  * EXIT_USAGE after a one-line error and the usage hint, or -1 after
  * --help/--version (exit 0). */
 int opts_parse(struct opts *o, int argc, char **argv);
+/* A duration in seconds, by runtime/clock.c's one parser (so the same as
+ * DISTRUN_TIMEOUT's): "90s", "5m", "1h", "1d", "250ms", "2".  Returns -1
+ * on bad input, without printing. */
+int parse_duration(const char *s, double *out);
 void opts_release(struct opts *o);
 
 /* ------------------------------------------------------------ ranks */
@@ -223,8 +233,17 @@ int mux_init(struct job *job);
 /* Reads what is available on rank r's stream s (0 stdout, 1 stderr).
  * Returns 1 if data was read, 0 at EOF (fd closed), -1 on error. */
 int mux_read(struct job *job, int r, int s);
-/* Writes out what is buffered for the console. */
+/* Writes what the console takes now of what is pending; never waits. */
 void mux_flush(struct job *job);
+/* The fd to poll for POLLOUT while output for stream s (0 stdout, 1
+ * stderr) is pending, else -1. */
+int mux_pending_fd(int s);
+/* True while so much is pending that the ranks should not be read. */
+bool mux_full(void);
+/* Drops what is pending, saying so (a reader that does not read). */
+void mux_give_up(struct job *job);
+/* Flushes, waiting at most seconds for a slow reader. */
+void mux_drain(struct job *job, double seconds);
 /* At EOF of a stream: emits its partial last line with a newline. */
 void mux_finish(struct job *job, int r, int s);
 void mux_release(struct job *job);
@@ -234,19 +253,17 @@ int job_run(struct job *job);
 /* Starts stopping the job: sig to every rank's group, SIGKILL after the
  * grace period. */
 void job_stop(struct job *job, int sig);
-/* While a write to distrun's own output is stuck: handles signals, reaps,
- * checks the deadlines.  Returns true when the output should be given up:
- * the job was stopped (--timeout, a signal), SIGKILL was sent, and the
- * reader has still not read for OUTPUT_GIVE_UP seconds after it. */
-bool job_tick(struct job *job);
 void job_release(struct job *job);
 
-/* report.c */
+/* fmt.c */
 /* Writes the ranks whose flag is set, as "0-3,5", into buf. */
 const char *rank_list_str(const uint8_t *flags, int n, char *buf, size_t sz);
+/* "SIGTERM"; a static buffer. */
 const char *signal_name(int sig);
 /* "exit status 3", "killed by SIGSEGV", "running", ... into buf. */
 const char *rank_status_str(const struct rank *rk, char *buf, size_t n);
+
+/* report.c */
 /* Keeps the end of rank r's stderr for the report (called by mux.c). */
 void report_tail_add(struct rank *rk, const char *p, size_t n);
 void report_summary(struct job *job);

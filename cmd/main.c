@@ -44,15 +44,8 @@ static void make_run_id(struct job *job)
  * shell would have it.  SIGPIPE is ignored: a closed stdout shows up as
  * EPIPE and stops the job (the ranks get SIGPIPE's default back, see
  * spawn.c). */
-static void on_alarm(int sig)
-{
-	(void)sig;
-}
-
 static int setup_signals(struct job *job)
 {
-	struct sigaction alarm_sa = { 0 };
-	sigset_t alarm_set;
 	static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 					 SIGTSTP, SIGCONT };
 	sigset_t set;
@@ -69,14 +62,6 @@ static int setup_signals(struct job *job)
 	if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask))
 		goto fail;
 	signal(SIGPIPE, SIG_IGN);
-	/* SIGALRM only interrupts a stuck write (see mux.c): no SA_RESTART. */
-	alarm_sa.sa_handler = on_alarm;
-	sigemptyset(&alarm_sa.sa_mask);
-	sigemptyset(&alarm_set);
-	sigaddset(&alarm_set, SIGALRM);
-	if (sigaction(SIGALRM, &alarm_sa, NULL) ||
-	    sigprocmask(SIG_UNBLOCK, &alarm_set, NULL))
-		goto fail;
 	job->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (job->sigfd < 0)
 		goto fail;

@@ -7,7 +7,16 @@
  * complete lines of a read go straight from the read buffer into one
  * output buffer per destination, each with its label ("[r] ", padded to the
  * width of the largest rank so columns line up), and the output buffer is
- * written with one write() when full or at the end of a poll round.  Lines
+ * written with one write() when full or at the end of a poll round.
+ *
+ * Writes never block: distrun's stdout and stderr are opened again for
+ * ourselves with O_NONBLOCK (pipes, terminals; a socket gets
+ * MSG_DONTWAIT; files never wait anyway), and what the reader does not
+ * take yet stays pending here.  The job loop polls for POLLOUT while bytes
+ * are pending and stops reading the ranks while OBUF_SIZE are (so the
+ * ranks wait for a slow reader, as with any filter), and it alone decides
+ * when to give the output up (mux_give_up).  So nothing here calls back
+ * into the job loop.  Lines
  * are found with memchr; with --raw and no timestamps a whole read's
  * complete lines are copied at once.  A partial last line is ended with a
  * newline at EOF so it cannot run into another rank's line.  A line longer
@@ -16,12 +25,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/time.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -32,11 +42,21 @@
 #define LINE_CAP (8 * 1024 * 1024)
 #define LABEL_MAX 32
 
+/* How a destination is written: see dest_open(). */
+enum wmode {
+	W_BLOCK,                    /* a file: writes do not wait */
+	W_NONBLOCK,                 /* our own O_NONBLOCK open of it */
+	W_SEND,                     /* a socket: send(MSG_DONTWAIT) */
+	W_POLL,                     /* poll, then at most PIPE_BUF bytes */
+};
+
 struct dest {
-	int fd;
+	int fd;                     /* 1 or 2 */
+	int wfd;                    /* what we write: fd, or our own open */
+	enum wmode mode;
 	bool broken;                /* EPIPE seen: drop further output */
-	char *buf;
-	size_t len;
+	char *buf;                  /* pending bytes: [off, len) */
+	size_t off, len, cap;
 	char *labels;               /* LABEL_MAX bytes per rank */
 	uint8_t *label_len;
 };
@@ -47,7 +67,6 @@ static struct {
 	bool labels;
 	bool timestamps;
 	bool any_shown;
-	bool writing;               /* inside dest_writev() */
 } mux;
 
 static const int palette[] = { 32, 33, 34, 35, 36, 31, 92, 93, 94, 95, 96 };
@@ -117,6 +136,44 @@ static int open_files(struct job *job)
 	return 0;
 }
 
+/* How a destination is written without ever blocking the job loop. */
+static int dest_open(struct dest *d)
+{
+	struct stat st;
+	char path[64];
+	int fl;
+
+	d->wfd = d->fd;
+	d->mode = W_BLOCK;
+	if (fstat(d->fd, &st))
+		return 0;   /* written to as it is; errors show up there */
+	if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+		return 0;   /* never waits for a reader */
+	if (S_ISSOCK(st.st_mode)) {
+		d->mode = W_SEND;
+		return 0;
+	}
+	fl = fcntl(d->fd, F_GETFL);
+	if (fl >= 0 && (fl & O_NONBLOCK)) {
+		d->mode = W_NONBLOCK;
+		return 0;
+	}
+	/* A pipe or a terminal shared with our parent: O_NONBLOCK on it
+	 * would be seen by every other user of that open file (the shell),
+	 * so we open the same pipe or terminal again for ourselves. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", d->fd);
+	d->wfd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (d->wfd >= 0) {
+		d->mode = W_NONBLOCK;
+		return 0;
+	}
+	/* No /proc: write a pipe's atomic size only when poll says there
+	 * is room. */
+	d->wfd = d->fd;
+	d->mode = W_POLL;
+	return 0;
+}
+
 int mux_init(struct job *job)
 {
 	const struct opts *o = job->o;
@@ -132,8 +189,10 @@ int mux_init(struct job *job)
 		struct dest *d = &mux.dest[s];
 
 		d->fd = s + 1;
-		d->buf = malloc(OBUF_SIZE);
-		if (!d->buf || (mux.labels && make_labels(job, d)))
+		d->cap = OBUF_SIZE;
+		d->buf = malloc(d->cap);
+		if (!d->buf || dest_open(d) || (mux.labels &&
+						make_labels(job, d)))
 			goto fail;
 	}
 	for (int r = 0; r < o->nranks; r++)
@@ -146,57 +205,57 @@ fail:
 	return -1;
 }
 
-/* Writes all of iov to d, waiting while the destination is full.  The
- * write blocks (distrun's stdout is shared with its parent: we do not make
- * it non-blocking), so a 200 ms interval timer interrupts it, and while it
- * is stuck job_tick() keeps signals and deadlines working; it says when
- * to give the output up (a stopped job whose reader never reads). */
-static void dest_writev(struct job *job, struct dest *d, struct iovec *iov,
-			int cnt)
+static void dest_broken(struct job *job, struct dest *d, int err)
 {
-	static const struct itimerval tick = { { 0, 200000 }, { 0, 200000 } };
-	static const struct itimerval off;
-	bool armed = false;
+	/* EPIPE: nobody reads any more, which stops the job as SIGPIPE
+	 * would.  Other errors (a full disk) are told once; the job goes on
+	 * without this output. */
+	d->broken = true;
+	d->off = d->len = 0;
+	if (err == EPIPE)
+		job->output_broken = true;
+	else
+		fprintf(stderr, "distrun: writing the ranks' output to fd %d: "
+			"%s; dropping it\n", d->fd, strerror(err));
+}
 
-	mux.writing = true;
+/* Writes as much of iov as d takes now, without waiting (W_BLOCK: a
+ * file, all of it).  Returns the bytes written; 0 when d is full or
+ * broken. */
+static size_t dest_writev_some(struct job *job, struct dest *d,
+			       struct iovec *iov, int cnt)
+{
+	size_t done = 0;
+
 	while (cnt > 0 && !d->broken) {
-		size_t want = 0;
 		ssize_t n;
 
-		for (int i = 0; i < cnt; i++)
-			want += iov[i].iov_len;
-		if (!armed)
-			armed = !setitimer(ITIMER_REAL, &tick, NULL);
-		n = writev(d->fd, iov, cnt);
-		if (n < 0 && errno != EINTR && errno != EAGAIN) {
-			/* EPIPE: nobody reads any more, which stops the job
-			 * as SIGPIPE would.  Other errors (a full disk) are
-			 * told once; the job goes on without this output. */
-			d->broken = true;
-			if (errno == EPIPE)
-				job->output_broken = true;
-			else
-				fprintf(stderr, "distrun: writing the ranks' "
-					"output to fd %d: %s; dropping it\n",
-					d->fd, strerror(errno));
+		if (d->mode == W_POLL) {
+			struct pollfd p = { .fd = d->wfd, .events = POLLOUT };
+			struct iovec one = { iov->iov_base, iov->iov_len };
+
+			if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLOUT))
+				break;
+			if (one.iov_len > PIPE_BUF)
+				one.iov_len = PIPE_BUF;
+			n = writev(d->wfd, &one, 1);
+		} else if (d->mode == W_SEND) {
+			struct msghdr m = { .msg_iov = iov,
+					    .msg_iovlen = (size_t)cnt };
+
+			n = sendmsg(d->wfd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		} else {
+			n = writev(d->wfd, iov, cnt);
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0) {
+			dest_broken(job, d, errno);
 			break;
 		}
-		if (n < 0 && errno == EAGAIN) {
-			struct pollfd p = { .fd = d->fd, .events = POLLOUT };
-
-			poll(&p, 1, 200);
-		}
-		if (n < 0 || (size_t)n < want) {
-			if (job_tick(job)) {
-				fprintf(stderr, "distrun: nobody reads fd %d; "
-					"dropping the output to end the job\n",
-					d->fd);
-				d->broken = true;
-				break;
-			}
-			if (n < 0)
-				continue;
-		}
+		done += n;
 		while (cnt > 0 && (size_t)n >= iov->iov_len) {
 			n -= iov->iov_len;
 			iov++;
@@ -207,26 +266,110 @@ static void dest_writev(struct job *job, struct dest *d, struct iovec *iov,
 			iov->iov_len -= n;
 		}
 	}
-	if (armed)
-		setitimer(ITIMER_REAL, &off, NULL);
-	mux.writing = false;
+	return done;
+}
+
+/* Makes room for need more bytes at the end of d's pending bytes. */
+static int dest_reserve(struct dest *d, size_t need)
+{
+	size_t cap = d->cap;
+	char *b;
+
+	if (d->off && d->len + need > d->cap) {
+		memmove(d->buf, d->buf + d->off, d->len - d->off);
+		d->len -= d->off;
+		d->off = 0;
+	}
+	if (d->len + need <= d->cap)
+		return 0;
+	while (cap < d->len + need)
+		cap *= 2;
+	b = realloc(d->buf, cap);
+	if (!b)
+		return -1;
+	d->buf = b;
+	d->cap = cap;
+	return 0;
 }
 
 static void dest_flush(struct job *job, struct dest *d)
 {
-	struct iovec iov = { d->buf, d->len };
+	struct iovec iov = { d->buf + d->off, d->len - d->off };
 
-	if (d->len)
-		dest_writev(job, d, &iov, 1);
-	d->len = 0;
+	if (d->len > d->off)
+		d->off += dest_writev_some(job, d, &iov, 1);
+	if (d->off == d->len)
+		d->off = d->len = 0;
 }
 
 void mux_flush(struct job *job)
 {
-	if (mux.writing)
-		return;     /* called from job_tick() inside a write */
 	dest_flush(job, &mux.dest[0]);
 	dest_flush(job, &mux.dest[1]);
+}
+
+int mux_pending_fd(int s)
+{
+	const struct dest *d = &mux.dest[s];
+
+	return !d->broken && d->len > d->off ? d->wfd : -1;
+}
+
+bool mux_full(void)
+{
+	for (int s = 0; s < 2; s++)
+		if (!mux.dest[s].broken &&
+		    mux.dest[s].len - mux.dest[s].off >= OBUF_SIZE)
+			return true;
+	return false;
+}
+
+void mux_give_up(struct job *job)
+{
+	(void)job;
+	for (int s = 0; s < 2; s++) {
+		struct dest *d = &mux.dest[s];
+
+		if (d->broken || d->len == d->off)
+			continue;
+		fprintf(stderr, "distrun: nobody reads fd %d; dropping the "
+			"output to end the job\n", d->fd);
+		d->broken = true;
+		d->off = d->len = 0;
+	}
+}
+
+/* Appends iov to d's pending bytes, after writing what d takes at once
+ * when nothing is pending before it (large pieces skip the copy). */
+static void dest_put(struct job *job, struct dest *d, struct iovec *iov,
+		     int cnt, bool direct)
+{
+	struct iovec copy[4];
+	size_t skip = 0;
+
+	if (direct && d->len == d->off) {
+		memcpy(copy, iov, cnt * sizeof(*iov));
+		skip = dest_writev_some(job, d, copy, cnt);
+	}
+	for (int i = 0; i < cnt && !d->broken; i++) {
+		const char *p = iov[i].iov_base;
+		size_t len = iov[i].iov_len;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		p += skip;
+		len -= skip;
+		skip = 0;
+		if (dest_reserve(d, len)) {
+			/* Out of memory: this piece is lost, said once. */
+			dest_broken(job, d, ENOMEM);
+			return;
+		}
+		memcpy(d->buf + d->len, p, len);
+		d->len += len;
+	}
 }
 
 /* One line (or, in raw mode, a run of whole lines) of rank r to d. */
@@ -255,17 +398,10 @@ static void emit(struct job *job, struct dest *d, int r, const char *data,
 	for (int i = 0; i < cnt; i++)
 		need += iov[i].iov_len;
 	/* Large pieces (raw runs of lines, long lines) go out directly,
-	 * saving a copy. */
+	 * saving a copy, as far as the destination takes them. */
 	if (d->len + need > OBUF_SIZE || need >= OBUF_SIZE / 4)
 		dest_flush(job, d);
-	if (need >= OBUF_SIZE / 4) {
-		dest_writev(job, d, iov, cnt);
-		return;
-	}
-	for (int i = 0; i < cnt; i++) {
-		memcpy(d->buf + d->len, iov[i].iov_base, iov[i].iov_len);
-		d->len += iov[i].iov_len;
-	}
+	dest_put(job, d, iov, cnt, need >= OBUF_SIZE / 4);
 }
 
 /* The hot path: whole lines [p, end) of rank r, each after its label,
@@ -280,7 +416,7 @@ static void emit_labelled(struct job *job, struct dest *d, int r,
 		const char *nl = memchr(p, '\n', end - p);
 		size_t len = nl + 1 - p;
 
-		if (d->len + llen + len > OBUF_SIZE) {
+		if (d->len + llen + len > d->cap) {
 			emit(job, d, r, p, len, false);
 		} else {
 			memcpy(d->buf + d->len, label, llen);
@@ -414,10 +550,27 @@ void mux_finish(struct job *job, int r, int s)
 	*lb = (struct linebuf){ 0 };
 }
 
+void mux_drain(struct job *job, double seconds)
+{
+	double until = now_mono() + seconds;
+
+	mux_flush(job);
+	for (int s = 0; s < 2; s++)
+		while (mux_pending_fd(s) >= 0 && now_mono() < until) {
+			struct pollfd p = { mux_pending_fd(s), POLLOUT, 0 };
+
+			poll(&p, 1, 100);
+			dest_flush(job, &mux.dest[s]);
+		}
+}
+
 void mux_release(struct job *job)
 {
-	mux_flush(job);
+	mux_drain(job, 2.0);
+	mux_give_up(job);
 	for (int s = 0; s < 2; s++) {
+		if (mux.dest[s].wfd != mux.dest[s].fd && mux.dest[s].wfd >= 0)
+			close(mux.dest[s].wfd);
 		free(mux.dest[s].buf);
 		free(mux.dest[s].labels);
 		free(mux.dest[s].label_len);

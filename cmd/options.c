@@ -179,6 +179,17 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 	return 0;
 }
 
+int parse_duration(const char *s, double *out)
+{
+	const char *why;
+	int64_t ms;
+
+	if (dri_duration_parse(s, &ms, &why))
+		return -1;
+	*out = ms / 1000.0;
+	return 0;
+}
+
 /* A duration option in seconds, by the parser the runtime's
  * DISTRUN_TIMEOUT also uses; positive: zero is refused too.  Returns 0,
  * or -1 after the usage message. */
@@ -366,12 +377,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			}
 			break;
 		case OPT_JOIN_TIMEOUT:
-			if (parse_duration(optarg, &o->join_timeout) ||
-			    o->join_timeout <= 0) {
-				usage_hint("invalid --join-timeout '%s' (expected "
-					   "a duration like 90s, 5m)", optarg);
+			if (parse_duration_opt("--join-timeout", optarg, true,
+					       &o->join_timeout))
 				return EXIT_USAGE;
-			}
 			break;
 		case OPT_MASTER_ADDR:
 		case OPT_MASTER_ADDR_US:

@@ -20,62 +20,6 @@
 #include "launcher.h"
 #include "ci.h"
 
-const char *signal_name(int sig)
-{
-	static char buf[32];
-	const char *abbrev = sigabbrev_np(sig);
-
-	if (abbrev) {
-		snprintf(buf, sizeof(buf), "SIG%s", abbrev);
-		return buf;
-	}
-	snprintf(buf, sizeof(buf), "signal %d", sig);
-	return buf;
-}
-
-const char *rank_status_str(const struct rank *rk, char *buf, size_t n)
-{
-	if (rk->state == RANK_NEW)
-		snprintf(buf, n, "not started");
-	else if (rk->state == RANK_RUNNING)
-		snprintf(buf, n, "running");
-	else if (WIFEXITED(rk->status))
-		snprintf(buf, n, "exited with status %d",
-			 WEXITSTATUS(rk->status));
-	else if (WIFSIGNALED(rk->status))
-		snprintf(buf, n, "was killed by %s",
-			 signal_name(WTERMSIG(rk->status)));
-	else
-		snprintf(buf, n, "ended with wait status %#x", rk->status);
-	return buf;
-}
-
-const char *rank_list_str(const uint8_t *flags, int n, char *buf, size_t sz)
-{
-	size_t len = 0;
-
-	buf[0] = 0;
-	for (int r = 0; r < n; r++) {
-		int e = r;
-
-		if (!flags[r])
-			continue;
-		while (e + 1 < n && flags[e + 1])
-			e++;
-		if (len + 24 >= sz) {
-			snprintf(buf + len, sz - len, "...");
-			return buf;
-		}
-		len += snprintf(buf + len, sz - len, "%s%d", len ? "," : "", r);
-		if (e > r)
-			len += snprintf(buf + len, sz - len, "-%d", e);
-		r = e;
-	}
-	if (!len)
-		snprintf(buf, sz, "none");
-	return buf;
-}
-
 void report_tail_add(struct rank *rk, const char *p, size_t n)
 {
 	if (!rk->err_tail) {

@@ -170,8 +170,16 @@ load common
 	"$DISTRUN" -n 2 --grace 0.2s "$TESTDATA/spew" 100000000000 >"$d/fifo" 2>"$d/err" &
 	pid=$!
 	exec {reader}<"$d/fifo"
-	# Wait until distrun is stuck writing (the fifo is full), then stop it.
-	wait_until 30 grep -q pipe "/proc/$pid/wchan"
+	# Wait until the fifo is full: distrun holds what it cannot write and
+	# has stopped reading, so the ranks wait in their writes.  Then stop it.
+	ranks_blocked() {
+		local c
+		for c in $(ps -o pid= --ppid "$1"); do
+			grep -q pipe_write "/proc/$c/wchan" && return 0
+		done
+		return 1
+	}
+	wait_until 30 ranks_blocked "$pid"
 	kill -TERM "$pid"
 	status=0
 	wait_until 60 grep -q 'dropping the output' "$d/err"
