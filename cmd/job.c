@@ -159,6 +159,12 @@ static void reap(struct job *job)
 		rk->ru = ru;
 		rk->t_end = now_mono();
 		job->nlive--;
+		if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+			char st[64];
+
+			/* The survivors fail now, not at their timeout. */
+			segment_abort(job, r, rank_status_str(rk, st, sizeof(st)));
+		}
 		if ((!WIFEXITED(status) || WEXITSTATUS(status)) &&
 		    job->first_fail < 0 && !job->stopping) {
 			job->first_fail = r;

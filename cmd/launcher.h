@@ -12,6 +12,7 @@
  *              exec error sent back over an O_CLOEXEC pipe
  *   mux.c      the output multiplexer: whole lines, labels, colours,
  *              per-rank files, timestamps, non-blocking console writes
+ *   segment.c  the per-job shared segment the ranks inherit (memfd)
  *   guard.c    a watchdog process that kills the ranks' process groups if
  *              distrun dies by SIGKILL
  *   job.c      the event loop: poll over pipes and a signalfd, reaping
@@ -153,6 +154,11 @@ struct job {
 	sigset_t orig_mask;        /* restored in the ranks */
 	double t0;                 /* monotonic start */
 	double real_t0, real_t1;   /* wall clock start and end (epoch s) */
+	/* The per-job segment (segment.c; layout in runtime/seg.h): mapped
+	 * for the whole job, NULL if it could not be made. */
+	int seg_fd;                /* -1: none */
+	void *seg;                 /* a dri_seg_hdr */
+	size_t seg_size;
 
 	/* How the job ended. */
 	int first_fail;            /* rank index, -1: none */
@@ -217,6 +223,14 @@ int port_reserve(struct job *job);
 int spawn_prepare(struct job *job);
 int spawn_all(struct job *job);
 void spawn_release(struct job *job);
+
+/* segment.c: segment_create() before spawn_prepare() (the ranks'
+ * environment names the fd); on -1 (after a warning) the job runs
+ * without one.  segment_abort() raises the abort word for rank r, which
+ * failed ("killed by SIGKILL", ...), and wakes every rank. */
+int segment_create(struct job *job);
+void segment_abort(struct job *job, int r, const char *why);
+void segment_release(struct job *job);
 
 /* guard.c: guard_start() before the first rank (it also makes the job's
  * cgroup where it can), guard_add() for each rank's process group,

@@ -138,7 +138,7 @@ int main(int argc, char **argv)
 	struct job job = { .o = &o, .sigfd = -1, .port_fd = -1,
 			   .port_lock_fd = -1,
 			   .guard_fd = -1, .devnull = -1, .first_fail = -1,
-			   .cgroup_fd = -1 };
+			   .cgroup_fd = -1, .seg_fd = -1 };
 	int rc;
 
 	if (reserve_std_fds())
@@ -165,6 +165,7 @@ int main(int argc, char **argv)
 		goto out;
 	if (nodes_setup(&job) || (!job.nodes && port_reserve(&job)))
 		goto out;
+	segment_create(&job);   /* without one, the job runs over TCP */
 	if (diag_init(&job))
 		goto out;
 	rc = spawn_prepare(&job);
@@ -207,6 +208,7 @@ out:
 	mux_release(&job);
 	job_release(&job);
 	spawn_release(&job);
+	segment_release(&job);
 	if (job.port_fd >= 0)
 		close(job.port_fd);
 	if (job.port_lock_fd >= 0)

@@ -43,6 +43,7 @@ static const char *const set_vars[] = {
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
 	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
 	"DISTRUN_SECRET",
+	"DISTRUN_SEG_FD",
 };
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
@@ -149,6 +150,8 @@ static int build_env(struct job *job)
 	env[k++] = job->node_secret[0] ?
 		   xasprintf("DISTRUN_SECRET=%s", job->node_secret) :
 		   make_secret();
+	if (job->seg_fd >= 0)
+		env[k++] = xasprintf("DISTRUN_SEG_FD=%d", job->seg_fd);
 	if (!getenv("OMP_NUM_THREADS"))
 		env[k++] = strdup("OMP_NUM_THREADS=1");
 	env_nalloc = k;
@@ -281,6 +284,9 @@ child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
 		/* "0": the writer itself; failing is harmless (guard.c). */
 		(void)!write(job->cgroup_fd, "0", 1);
 	if (dup2(job->devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		goto fail;
+	/* The segment is close-on-exec in distrun; the rank inherits it. */
+	if (job->seg_fd >= 0 && fcntl(job->seg_fd, F_SETFD, 0) < 0)
 		goto fail;
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;

@@ -6,6 +6,9 @@
  * heard, directly or not, from every other, whatever p is; no rank is a
  * hot spot, and each round costs one message latency.
  *
+ * When every rank of the world shares this host's segment, the world's
+ * barrier goes through flags there instead (dri_transport_barrier).
+ *
  * With device ids the devices come first (cuda_stage.c): the listed
  * streams as they were at the call, or with dr_cuda_barrier_device the
  * whole devices.
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "shm.h"
 
 static dr_err barrier_run(dri_op *op)
 {
@@ -22,6 +26,9 @@ static dr_err barrier_run(dri_op *op)
 
 	/* Device work first: the barrier's promise covers it. */
 	if ((err = dri_cuda_barrier_wait(op)))
+		return err;
+	/* All on one host: flags in the segment, no messages (shm.h). */
+	if (dri_transport_barrier(&op->id, &err))
 		return err;
 	for (int d = 1; d < p; d <<= 1) {
 		err = dri_sendrecv(&op->id, dri_peer(g, dri_mod(r + d, p)), NULL, 0,

@@ -158,9 +158,12 @@ typedef struct {
 	int rank;                /* -1: from RANK */
 	int world_size;          /* -1: from WORLD_SIZE */
 	int64_t timeout_ms;      /* <= 0: DISTRUN_TIMEOUT, else 30 minutes */
+	const char *transport;   /* "auto", "shm", "tcp"; NULL: DISTRUN_TRANSPORT,
+				  * else auto (shared memory with the peers on
+				  * this host, TCP with the others) */
 } dr_init_options;
 
-#define DR_INIT_OPTIONS_INIT { NULL, NULL, -1, -1, 0 }
+#define DR_INIT_OPTIONS_INIT { NULL, NULL, -1, -1, 0, NULL }
 
 /* Joins the job: rank 0 hosts a key-value store at MASTER_ADDR:MASTER_PORT
  * (or the tcp:// address; under torchrun the agent's TCPStore serves
@@ -174,6 +177,12 @@ typedef struct {
  * DR_ECONN. */
 DR_API dr_err dr_init_process_group(const char *backend, const char *init_method);
 DR_API dr_err dr_init_process_group_opts(const dr_init_options *opts);
+
+/* The transport this rank got at init: "shm" (every peer through shared
+ * memory), "tcp" (every peer through TCP), "shm+tcp" (some of each); NULL
+ * before init.  With transport "shm" asked for and not possible, init
+ * fails with DR_EINVAL instead, saying why. */
+DR_API const char *dr_transport_name(void);
 
 /* 1 between a successful init and destroy, else 0. */
 DR_API int dr_is_initialized(void);

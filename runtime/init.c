@@ -35,6 +35,8 @@
 #include "dri.h"
 #include "rdzv.h"
 #include "ctl.h"
+#include "seg.h"
+#include "shm.h"
 
 #define DEFAULT_TIMEOUT_MS (30 * 60 * 1000LL)
 
@@ -189,7 +191,7 @@ static dr_err split_addrs(const char *all, int n, char ***out)
 
 static dr_err rendezvous(void)
 {
-	char key[64], me[128], myhost[80], ident[4096];
+	char key[64], me[256], myhost[80], ident[4096], shm[160];
 	uint8_t job[20], skey[DRI_KEY_LEN], tkey[DRI_KEY_LEN];
 	void *val = NULL;
 	size_t len;
@@ -288,7 +290,17 @@ static dr_err rendezvous(void)
 	}
 	if (err)
 		goto out;
-	snprintf(me, sizeof(me), "%s:%d", myhost, lport);
+	/* The segment (under distrun) and what this rank says about shared
+	 * memory with its address: peers on this host use it. */
+	err = dri_seg_attach(I.rank);
+	if (!err && !dri_seg_get() && dri_shm_wanted())
+		err = dri_seg_join(&I.kv, I.plan.local_rank, I.plan.local_size,
+				   job, t);
+	if (!err)
+		err = dri_shm_addr_suffix(shm, sizeof(shm));
+	if (err)
+		goto out;
+	snprintf(me, sizeof(me), "%s:%d%s", myhost, lport, shm);
 	snprintf(key, sizeof(key), "addr/%d", I.rank);
 	err = dri_kv_set(&I.kv, key, me, strlen(me));
 	if (err)
@@ -384,6 +396,9 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 			return err;
 	}
 	method = opts->init_method ? opts->init_method : "env://";
+	err = dri_shm_configure(opts->transport);
+	if (err)
+		return err;
 	err = dri_rdzv_plan_make(method, opts->rank, opts->world_size, &I.plan);
 	if (err)
 		goto fail;

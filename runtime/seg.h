@@ -59,6 +59,128 @@ typedef struct {
 	int32_t abort_err;         /* a dr_err */
 	uint32_t pad_;
 	char abort_msg[DRI_SEG_ABORT_MSG];
+
+	/* The transport area (shm.c), laid out by dri_seg_layout: a block
+	 * per rank (dri_seg_rank, blk_size bytes each) at xport_off, then a
+	 * ring per ordered pair of ranks, ring (s -> r) at rings_off +
+	 * (s * nranks + r) * ring_stride.  ring_size is 0 when the segment
+	 * has no room for the shared-memory transport. */
+	uint64_t rings_off;
+	uint64_t ring_stride;
+	uint32_t ring_size;        /* data bytes of each ring, a power of 2 */
+	uint32_t blk_size;
 } dri_seg_hdr;
+
+/* Each rank's block at the start of the transport area.  A sender that
+ * put bytes into ring (s -> r), or a receiver that made room in ring
+ * (r -> s), sets the peer's bit in the other rank's ready bitmap, then,
+ * if that rank's waiting flag is up, bumps its doorbell and wakes it
+ * (FUTEX_WAKE, shared).  The launcher bumps and wakes every doorbell
+ * when it raises abort. */
+typedef struct {
+	uint32_t doorbell;         /* futex word */
+	uint32_t waiting;          /* 1 while the rank may sleep on it */
+	int32_t pid;               /* the rank's pid once it has mapped */
+	uint32_t pad_[13];
+	/* Written by the rank alone, on a line of its own: the last world
+	 * barrier it entered (its seq + 1; 0: none), read by the peers that
+	 * wait for it and by those whose calls may differ (DR_EMISMATCH). */
+	uint64_t barrier_seq;
+	uint64_t pad2_[7];
+	uint64_t ready[];          /* nranks bits */
+} dri_seg_rank;
+
+/* Ring (s -> r): a byte stream, one writer (s), one reader (r). */
+typedef struct {
+	uint64_t head;             /* bytes consumed, written by r */
+	uint64_t pad0_[7];
+	uint64_t tail;             /* bytes produced, written by s */
+	uint32_t send_blocked;     /* s waits for room: r sets s's bit */
+	uint32_t pad1_[13];
+	unsigned char data[];
+} dri_seg_ring;
+
+#define DRI_SEG_ALIGN(x, a) (((x) + (a) - 1) / (a) * (a))
+/* Most ranks with a transport area (the rings are O(n^2) in all). */
+#define DRI_SEG_SHM_MAX 512
+
+/* Ring bytes per ordered pair for n ranks: large rings move large
+ * messages in fewer rounds; small ones keep the segment near O(n) per
+ * rank (a rank maps n rings in and n out, and touches only the pages
+ * of the peers it talks to). */
+static inline uint32_t dri_seg_ring_bytes(uint32_t n)
+{
+	if (n > DRI_SEG_SHM_MAX)
+		return 0;
+	if (n <= 4)
+		return 128u << 10;
+	if (n <= 16)
+		return 64u << 10;
+	if (n <= 64)
+		return 16u << 10;
+	return 4u << 10;
+}
+
+/* Fills the layout fields of *h (nranks, ctl_size, size, ctl_off,
+ * xport_off, xport_size, rings_off, ring_stride, ring_size, blk_size)
+ * for n ranks.  Creator and mappers use this one function, so they
+ * cannot disagree. */
+static inline void dri_seg_layout(dri_seg_hdr *h, uint32_t n)
+{
+	uint64_t off = DRI_SEG_ALIGN(sizeof(dri_seg_hdr), 4096);
+
+	h->nranks = n;
+	h->ctl_size = DRI_CTL_SIZE;
+	h->ctl_off = off;
+	off += (uint64_t)n * DRI_CTL_SIZE;
+	h->xport_off = off;
+	h->ring_size = dri_seg_ring_bytes(n);
+	if (!h->ring_size) {
+		h->blk_size = 0;
+		h->rings_off = off;
+		h->ring_stride = 0;
+	} else {
+		h->blk_size = (uint32_t)DRI_SEG_ALIGN(sizeof(dri_seg_rank) +
+						      (n + 63) / 64 * 8, 64);
+		h->rings_off = DRI_SEG_ALIGN(off + (uint64_t)n * h->blk_size,
+					     4096);
+		h->ring_stride = sizeof(dri_seg_ring) + h->ring_size;
+		off = h->rings_off + (uint64_t)n * n * h->ring_stride;
+	}
+	off = DRI_SEG_ALIGN(off, 4096);
+	h->xport_size = off - h->xport_off;
+	h->size = off;
+}
+
+#ifdef DRI_H
+/* --- runtime side (runtime/seg.c); cmd/ uses struct job's mapping. --- */
+
+/* The job's segment as this process mapped it at init, or NULL when it
+ * has none (not started by distrun, DISTRUN_TRANSPORT=tcp with no
+ * segment, or one that failed validation: dri_seg_why says why).  Stays
+ * mapped until the process exits. */
+dri_seg_hdr *dri_seg_get(void);
+/* The control block of local rank local_rank (0 .. nranks-1), or NULL. */
+void *dri_seg_ctl(int local_rank);
+/* This process's index among the segment's ranks, or -1. */
+int dri_seg_local_rank(void);
+/* Why there is no segment ("" when there is one, or none was offered). */
+const char *dri_seg_why(void);
+/* Maps the segment named by DISTRUN_SEG_FD, if any, for global rank
+ * rank (once per process; later calls return the first result).
+ * DR_OK also when there is none or it is not valid (then dri_seg_get()
+ * is NULL and dri_seg_why() says why). */
+dr_err dri_seg_attach(int rank);
+#ifdef DRI_RDZV_H
+/* Without a segment from distrun, after dri_seg_attach: local rank 0
+ * makes one for the local_size ranks of this host and publishes where it
+ * is under a key of this host in kv; the others map it.  DR_OK also when
+ * it cannot be had (dri_seg_why says why); an error only if the store
+ * fails. */
+dr_err dri_seg_join(dri_kv *kv, int local_rank, int local_size,
+		    const uint8_t job[16], int64_t timeout_ms);
+#endif
+#endif
+
 
 #endif /* DRI_SEG_H */

@@ -1,0 +1,582 @@
+/*
+ * shm.c - the shared-memory transport: rings of bytes between the ranks
+ * of one host, a doorbell futex per rank, and a watch on the peers'
+ * processes.
+ *
+ * Ring (s -> r) in the segment carries the same stream of framed
+ * messages that a TCP connection from s to r would: transport.c frames,
+ * matches and checks them the same way, so DR_EMISMATCH, ANY_SOURCE,
+ * parking of large early messages and ABORT/BYE frames work alike on
+ * both.  A ring has one writer and one reader: the writer owns tail, the
+ * reader head; data is published by the release store of tail and
+ * consumed by that of head.
+ *
+ * Waking only those who wait: after writing, s sets its bit in r's ready
+ * bitmap and, only if r's waiting flag is up, bumps r's doorbell and
+ * FUTEX_WAKEs it.  r, before it sleeps, reads the doorbell, raises
+ * waiting, looks at its bitmap (and the abort word) once more, then
+ * sleeps on the doorbell's old value: a write that lands in between
+ * either shows in the bitmap or changes the doorbell, so no wake-up is
+ * lost (sequentially consistent order on both sides).  The same goes
+ * for room: a writer that found the ring full raises send_blocked, and
+ * the reader that drains it sets the writer's bit.
+ *
+ * Failure: the launcher raises the segment's abort word when it reaps a
+ * rank that failed and rings every doorbell; without a launcher, and for
+ * a rank that exits without a word, each rank holds a pidfd for each shm
+ * peer it has sent to or received from (opened then, so 256 ranks do not
+ * hold 255 each) and looks at them every DEATH_CHECK_MS, so a dead peer
+ * is seen within that time whatever the call's timeout.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dri.h"
+#include "seg.h"
+#include "shm.h"
+
+/* The longest sleep between two looks at the peers' processes. */
+#define DEATH_CHECK_MS 20
+#define HOST_ID_MAX 64
+
+enum { MODE_AUTO, MODE_SHM, MODE_TCP };
+
+static struct {
+	int mode;
+	dri_seg_hdr *h;
+	int rank, size, me;    /* me: our local index in the segment */
+	int on;
+	int *local;            /* world rank -> local index, -1: TCP */
+	int *world;            /* local index -> world rank, -1: none */
+	int *pidfd;            /* world rank -> pidfd, -1: none */
+	int npeers, ntcp;
+	int oversub;
+	int64_t next_check;
+	char host[HOST_ID_MAX + 1];
+} M = { .me = -1 };
+
+static unsigned char *xport(void)
+{
+	return (unsigned char *)M.h + M.h->xport_off;
+}
+
+static dri_seg_rank *blk(int local)
+{
+	return (dri_seg_rank *)(xport() + (uint64_t)local * M.h->blk_size);
+}
+
+static dri_seg_ring *ring(int s, int r)
+{
+	return (dri_seg_ring *)((unsigned char *)M.h + M.h->rings_off +
+				((uint64_t)s * M.h->nranks + (uint64_t)r) *
+					M.h->ring_stride);
+}
+
+static long futex(uint32_t *w, int op, uint32_t val,
+		  const struct timespec *ts)
+{
+	return syscall(SYS_futex, w, op, val, ts, NULL, 0);
+}
+
+/* ---------------------------------------------------------- set-up */
+
+static dr_err parse_mode(const char *s, int *mode)
+{
+	if (!s || !*s || !strcmp(s, "auto"))
+		*mode = MODE_AUTO;
+	else if (!strcmp(s, "shm"))
+		*mode = MODE_SHM;
+	else if (!strcmp(s, "tcp"))
+		*mode = MODE_TCP;
+	else
+		return DR_EINVAL;
+	return DR_OK;
+}
+
+dr_err dri_shm_configure(const char *opt)
+{
+	const char *env = getenv("DISTRUN_TRANSPORT");
+
+	if (opt && *opt) {
+		if (parse_mode(opt, &M.mode))
+			return dri_fail(DR_EINVAL, "dr_init_options.transport "
+					"'%s': use \"auto\", \"shm\" or \"tcp\"",
+					opt);
+		return DR_OK;
+	}
+	if (parse_mode(env, &M.mode))
+		return dri_fail(DR_EENV, "DISTRUN_TRANSPORT='%s': use auto, shm "
+				"or tcp", env);
+	return DR_OK;
+}
+
+int dri_shm_wanted(void)
+{
+	return M.mode != MODE_TCP;
+}
+
+/* Pretend hosts, so one machine's ranks can be split into several that
+ * use shared memory inside and TCP between: DISTRUN_HOST_ID names this
+ * rank's host; DISTRUN_PRETEND_HOSTS=K (for test suites, which cannot
+ * give each rank its own variable) puts slot i on host i % K, so that
+ * neighbours are on different hosts. */
+static dr_err host_id(int slot)
+{
+	const char *s = getenv("DISTRUN_HOST_ID");
+	const char *k = getenv("DISTRUN_PRETEND_HOSTS");
+
+	M.host[0] = 0;
+	if ((!s || !*s) && k && *k) {
+		char *end;
+		long v = strtol(k, &end, 10);
+
+		if (*end || v < 1 || v > 1 << 20)
+			return dri_fail(DR_EENV, "DISTRUN_PRETEND_HOSTS='%s' is "
+					"not a count of hosts", k);
+		snprintf(M.host, sizeof(M.host), "pretend%ld",
+			 slot >= 0 ? slot % v : 0);
+		return DR_OK;
+	}
+	if (!s || !*s)
+		return DR_OK;
+	if (strlen(s) > HOST_ID_MAX || strspn(s, "abcdefghijklmnopqrstuvwxyz"
+					      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					      "0123456789._-") != strlen(s))
+		return dri_fail(DR_EENV, "DISTRUN_HOST_ID='%s': at most %d "
+				"letters, digits, '.', '_' or '-'", s,
+				HOST_ID_MAX);
+	strcpy(M.host, s);
+	return DR_OK;
+}
+
+dr_err dri_shm_addr_suffix(char *buf, size_t size)
+{
+	dri_seg_hdr *h = dri_seg_get();
+	dr_err err;
+
+	buf[0] = 0;
+	M.h = NULL;
+	err = host_id(dri_seg_local_rank());
+	if (err)
+		return err;
+	if (M.mode == MODE_TCP)
+		return DR_OK;
+	if (!h || !h->ring_size) {
+		const char *why = !h ? dri_seg_why() : "";
+
+		if (M.mode == MODE_AUTO)
+			return DR_OK;
+		if (h)
+			return dri_fail(DR_EINVAL, "transport shm: the job's "
+					"segment has no room for it (%u ranks, "
+					"more than %d)", h->nranks,
+					DRI_SEG_SHM_MAX);
+		return dri_fail(DR_EINVAL, "transport shm: this rank has no "
+				"shared segment (%s)", *why ? why :
+				"not started by distrun");
+	}
+	M.h = h;
+	M.me = dri_seg_local_rank();
+	snprintf(buf, size, "|");
+	for (int i = 0; i < 16; i++)
+		snprintf(buf + 1 + 2 * i, size - 1 - 2 * i, "%02x", h->job_id[i]);
+	snprintf(buf + 33, size - 33, "/%s/%d", M.host, M.me);
+	/* Our inbound rings start empty: what an earlier process group of
+	 * ours left unread there is not for this one.  No peer writes to
+	 * us before it has our address, which is published after this. */
+	for (uint32_t s = 0; s < h->nranks; s++) {
+		dri_seg_ring *rg = ring((int)s, M.me);
+
+		__atomic_store_n(&rg->head, __atomic_load_n(&rg->tail,
+				 __ATOMIC_ACQUIRE), __ATOMIC_SEQ_CST);
+	}
+	__atomic_store_n(&blk(M.me)->barrier_seq, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&blk(M.me)->pid, (int32_t)getpid(), __ATOMIC_RELEASE);
+	return DR_OK;
+}
+
+static int ncpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return 1;
+	return CPU_COUNT(&set);
+}
+
+/* "SEGID/HOST/LOCAL": the length of "SEGID/HOST" (the part two ranks on
+ * one host share), or -1 if malformed. */
+static int suffix_key_len(const char *sfx)
+{
+	const char *slash = strrchr(sfx, '/');
+
+	return slash && slash > sfx ? (int)(slash - sfx) : -1;
+}
+
+dr_err dri_shm_start(int rank, int size, char **addrs)
+{
+	const char **sfx = calloc((size_t)size, sizeof(*sfx));
+	int nlocal = 1, klen;
+	dr_err err = DR_OK;
+
+	M.rank = rank;
+	M.size = size;
+	M.npeers = M.ntcp = 0;
+	M.local = malloc((size_t)size * sizeof(int));
+	M.pidfd = malloc((size_t)size * sizeof(int));
+	M.world = M.h ? malloc(M.h->nranks * sizeof(int)) : NULL;
+	if (!sfx || !M.local || !M.pidfd || (M.h && !M.world)) {
+		free(sfx);
+		dri_shm_stop();
+		return dri_fail(DR_ENOMEM, "out of memory for %d peers", size);
+	}
+	for (int i = 0; M.h && i < (int)M.h->nranks; i++)
+		M.world[i] = -1;
+	for (int i = 0; i < size; i++) {
+		char *bar = strchr(addrs[i], '|');
+
+		M.local[i] = -1;
+		M.pidfd[i] = -1;
+		sfx[i] = "";
+		if (bar) {
+			*bar = 0; /* the TCP address stays in addrs[i] */
+			sfx[i] = bar + 1;
+		}
+	}
+	klen = suffix_key_len(sfx[rank]);
+	for (int i = 0; M.h && klen > 0 && i < size; i++) {
+		const char *p = sfx[i];
+		char *end;
+		long l;
+
+		if (i == rank || suffix_key_len(p) != klen ||
+		    memcmp(p, sfx[rank], (size_t)klen))
+			continue;
+		l = strtol(p + klen + 1, &end, 10);
+		if (*end || end == p + klen + 1 || l < 0 ||
+		    l >= (long)M.h->nranks || l == M.me || M.world[l] >= 0) {
+			err = dri_fail(DR_EPROTO, "rank %d publishes shared "
+				       "memory slot '%s'", i, p + klen + 1);
+			break;
+		}
+		M.local[i] = (int)l;
+		M.world[l] = i;
+		M.npeers++;
+		nlocal++;
+	}
+	free(sfx);
+	if (err) {
+		dri_shm_stop();
+		return err;
+	}
+	M.ntcp = size - 1 - M.npeers;
+	if (M.mode == MODE_SHM && M.ntcp) {
+		dri_shm_stop();
+		return dri_fail(DR_EINVAL, "transport shm: %d of %d peers are "
+				"not on this host (or not in shared memory); use "
+				"auto", M.ntcp, size - 1);
+	}
+	if (!M.npeers)
+		M.h = NULL;
+	M.oversub = nlocal > ncpus();
+	M.next_check = 0;
+	M.on = 1;
+	return DR_OK;
+}
+
+void dri_shm_stop(void)
+{
+	for (int i = 0; M.pidfd && i < M.size; i++)
+		if (M.pidfd[i] >= 0)
+			close(M.pidfd[i]);
+	free(M.local);
+	free(M.world);
+	free(M.pidfd);
+	M.local = M.world = M.pidfd = NULL;
+	M.npeers = M.ntcp = 0;
+	M.on = 0;
+	M.h = NULL;
+}
+
+int dri_shm_is_peer(int peer)
+{
+	return M.h && M.local && peer >= 0 && peer < M.size &&
+	       M.local[peer] >= 0;
+}
+
+int dri_shm_npeers(void)
+{
+	return M.on ? M.npeers : 0;
+}
+
+int dri_shm_ntcp(void)
+{
+	return M.on ? M.ntcp : 0;
+}
+
+const char *dri_shm_transport_name(void)
+{
+	if (!M.on)
+		return "none";
+	if (M.npeers && M.ntcp)
+		return "shm+tcp";
+	if (M.npeers)
+		return "shm";
+	/* A job of one rank talks to nobody: it has what it asked for. */
+	return M.ntcp || M.mode != MODE_SHM ? "tcp" : "shm";
+}
+
+const char *dr_transport_name(void)
+{
+	return M.on ? dri_shm_transport_name() : NULL;
+}
+
+int dri_shm_oversubscribed(void)
+{
+	return M.oversub;
+}
+
+/* ------------------------------------------------------------ bytes */
+
+/* Tells local rank l that our ring with it changed. */
+static void notify(int l)
+{
+	dri_seg_rank *b = blk(l);
+	uint64_t bit = 1ull << (M.me % 64), *w = &b->ready[M.me / 64];
+
+	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
+		__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
+	else
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&b->waiting, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&b->doorbell, 1, __ATOMIC_SEQ_CST);
+		futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
+	}
+}
+
+size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all)
+{
+	int l = M.local[peer];
+	dri_seg_ring *rg = ring(M.me, l);
+	uint64_t size = M.h->ring_size, tail = rg->tail;
+	uint64_t head = __atomic_load_n(&rg->head, __ATOMIC_ACQUIRE);
+	size_t room = (size_t)(size - (tail - head)), want = 0, put = 0;
+
+	for (int k = 0; k < n; k++)
+		want += iov[k].iov_len;
+	if (room < want) {
+		/* Full: the reader sets our bit when it makes room.  Look
+		 * again after raising the flag, in case it just did. */
+		__atomic_store_n(&rg->send_blocked, 1, __ATOMIC_SEQ_CST);
+		head = __atomic_load_n(&rg->head, __ATOMIC_SEQ_CST);
+		room = (size_t)(size - (tail - head));
+	}
+	if (all && room < want)
+		return 0;
+	for (int k = 0; k < n && put < room; k++) {
+		const unsigned char *src = iov[k].iov_base;
+		size_t len = iov[k].iov_len;
+
+		if (len > room - put)
+			len = room - put;
+		while (len) {
+			size_t at = (size_t)((tail + put) & (size - 1));
+			size_t c = size - at < len ? size - at : len;
+
+			memcpy(rg->data + at, src, c);
+			src += c;
+			len -= c;
+			put += c;
+		}
+	}
+	if (put) {
+		__atomic_store_n(&rg->tail, tail + put, __ATOMIC_SEQ_CST);
+		notify(l);
+	}
+	return put;
+}
+
+int dri_shm_readable(int peer)
+{
+	dri_seg_ring *rg = ring(M.local[peer], M.me);
+
+	return __atomic_load_n(&rg->tail, __ATOMIC_ACQUIRE) != rg->head;
+}
+
+size_t dri_shm_recv(int peer, void *buf, size_t len)
+{
+	int l = M.local[peer];
+	dri_seg_ring *rg = ring(l, M.me);
+	uint64_t size = M.h->ring_size, head = rg->head;
+	uint64_t avail = __atomic_load_n(&rg->tail, __ATOMIC_ACQUIRE) - head;
+	unsigned char *dst = buf;
+	size_t got = 0;
+
+	if (avail > size)
+		avail = 0; /* torn: only a peer writing garbage; never read it */
+	if (len > avail)
+		len = (size_t)avail;
+	while (got < len) {
+		size_t at = (size_t)((head + got) & (size - 1));
+		size_t c = size - at < len - got ? size - at : len - got;
+
+		memcpy(dst + got, rg->data + at, c);
+		got += c;
+	}
+	if (got) {
+		__atomic_store_n(&rg->head, head + got, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&rg->send_blocked, __ATOMIC_SEQ_CST) &&
+		    __atomic_exchange_n(&rg->send_blocked, 0, __ATOMIC_SEQ_CST))
+			notify(l);
+	}
+	return got;
+}
+
+int dri_shm_ready(int *out, int max)
+{
+	dri_seg_rank *b;
+	int n = 0;
+
+	if (!M.h)
+		return 0;
+	b = blk(M.me);
+	for (uint32_t w = 0; w < (M.h->nranks + 63) / 64 && n < max; w++) {
+		uint64_t x;
+
+		if (!__atomic_load_n(&b->ready[w], __ATOMIC_RELAXED))
+			continue;
+		x = __atomic_exchange_n(&b->ready[w], 0, __ATOMIC_SEQ_CST);
+		while (x) {
+			int l = (int)(w * 64) + __builtin_ctzll(x);
+
+			x &= x - 1;
+			if (M.world[l] >= 0 && n < max)
+				out[n++] = M.world[l];
+			else if (M.world[l] >= 0) /* no room: keep it for later */
+				__atomic_fetch_or(&b->ready[w], 1ull << (l % 64),
+						  __ATOMIC_SEQ_CST);
+		}
+	}
+	return n;
+}
+
+/* ---------------------------------------------------------- waiting */
+
+dr_err dri_shm_aborted(char *msg, size_t size)
+{
+	dri_seg_hdr *h = M.h ? M.h : dri_seg_get();
+	int32_t e;
+
+	if (!h || !__atomic_load_n(&h->abort, __ATOMIC_ACQUIRE))
+		return DR_OK;
+	e = h->abort_err;
+	snprintf(msg, size, "%.*s", DRI_SEG_ABORT_MSG, h->abort_msg);
+	return e > DR_OK && e < DR_ERR_COUNT_ ? (dr_err)e : DR_EPEER;
+}
+
+void dri_shm_watch(int peer)
+{
+	int32_t pid;
+
+	if (!dri_shm_is_peer(peer) || M.pidfd[peer] != -1)
+		return;
+	pid = __atomic_load_n(&blk(M.local[peer])->pid, __ATOMIC_ACQUIRE);
+	M.pidfd[peer] = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+	if (M.pidfd[peer] < 0)
+		M.pidfd[peer] = -2; /* no pidfd (old kernel, no fds): the launcher's word only */
+}
+
+int dri_shm_dead_peer(int64_t now_ms)
+{
+	struct pollfd p;
+
+	if (!M.pidfd || now_ms < M.next_check)
+		return -1;
+	M.next_check = now_ms + DEATH_CHECK_MS;
+	for (int i = 0; i < M.size; i++) {
+		if (M.pidfd[i] < 0)
+			continue;
+		p = (struct pollfd){ M.pidfd[i], POLLIN, 0 };
+		if (poll(&p, 1, 0) == 1) {
+			close(M.pidfd[i]);
+			M.pidfd[i] = -2;
+			return i;
+		}
+	}
+	return -1;
+}
+
+static int has_ready(const dri_seg_rank *b)
+{
+	for (uint32_t w = 0; w < (M.h->nranks + 63) / 64; w++)
+		if (__atomic_load_n(&b->ready[w], __ATOMIC_SEQ_CST))
+			return 1;
+	return 0;
+}
+
+int dri_shm_wait(int64_t timeout_ms)
+{
+	dri_seg_rank *b = blk(M.me);
+	struct timespec ts;
+	uint32_t d;
+	long rc = 0;
+
+	if (timeout_ms > DEATH_CHECK_MS)
+		timeout_ms = DEATH_CHECK_MS;
+	if (timeout_ms < 1)
+		timeout_ms = 1;
+	ts.tv_sec = timeout_ms / 1000;
+	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
+	d = __atomic_load_n(&b->doorbell, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&b->waiting, 1, __ATOMIC_SEQ_CST);
+	if (!has_ready(b) && !__atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST))
+		rc = futex(&b->doorbell, FUTEX_WAIT, d, &ts);
+	__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
+	return !(rc < 0 && errno == ETIMEDOUT);
+}
+
+void dri_shm_wake(void)
+{
+	dri_seg_rank *b;
+
+	if (!M.h)
+		return;
+	b = blk(M.me);
+	__atomic_fetch_add(&b->doorbell, 1, __ATOMIC_SEQ_CST);
+	futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
+}
+
+/* --------------------------------------------------- world barrier */
+
+void dri_shm_barrier_arrive(uint64_t seq)
+{
+	__atomic_store_n(&blk(M.me)->barrier_seq, seq + 1, __ATOMIC_SEQ_CST);
+	for (int l = 0; l < (int)M.h->nranks; l++)
+		if (l != M.me && M.world[l] >= 0)
+			notify(l);
+}
+
+int dri_shm_barrier_missing(uint64_t seq)
+{
+	for (int l = 0; l < (int)M.h->nranks; l++)
+		if (l != M.me && M.world[l] >= 0 &&
+		    __atomic_load_n(&blk(l)->barrier_seq, __ATOMIC_ACQUIRE) <
+			    seq + 1)
+			return M.world[l];
+	return -1;
+}
+
+int dri_shm_in_barrier(int peer, uint64_t seq)
+{
+	return dri_shm_is_peer(peer) &&
+	       __atomic_load_n(&blk(M.local[peer])->barrier_seq,
+			       __ATOMIC_ACQUIRE) == seq + 1;
+}

@@ -1,0 +1,93 @@
+/*
+ * shm.h - the shared-memory transport, as transport.c drives it.
+ *
+ * Peers on this host (same segment, same host identity) exchange the very
+ * byte stream they would send over TCP, through a ring per ordered pair in
+ * the segment's transport area (runtime/seg.h).  transport.c keeps the
+ * framing, matching, parking and abort logic for both; this file only
+ * moves bytes, says who has something to read or room to write, waits on
+ * a futex and watches the peers' processes.  Everything here is called
+ * with transport.c's lock held, except dri_shm_wait.
+ */
+#ifndef DRI_SHM_H
+#define DRI_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "dri.h"
+
+/* Before the rendezvous: the transport asked for (the init option, else
+ * DISTRUN_TRANSPORT: "auto", "shm" or "tcp"; NULL or "" = auto).  DR_EINVAL
+ * (option) or DR_EENV (variable) naming the bad value. */
+dr_err dri_shm_configure(const char *opt);
+/* Whether this rank may use shared memory (not DISTRUN_TRANSPORT=tcp). */
+int dri_shm_wanted(void);
+/* After dri_seg_attach: what this rank publishes with its address,
+ * "|SEGID/HOST/LOCAL", or "" when it will not use shared memory (then
+ * nobody uses it with this rank).  DR_EINVAL/DR_EENV if shm was asked
+ * for and cannot be had (the reason named), or DISTRUN_HOST_ID is bad. */
+dr_err dri_shm_addr_suffix(char *buf, size_t size);
+/* At transport start: strips every peer's suffix from addrs and decides
+ * which peers are reached through shared memory (those whose suffix
+ * names our segment and host). */
+dr_err dri_shm_start(int rank, int size, char **addrs);
+void dri_shm_stop(void);
+
+/* Whether world rank peer goes through shared memory. */
+int dri_shm_is_peer(int peer);
+/* How many peers go through shared memory, and through TCP. */
+int dri_shm_npeers(void);
+int dri_shm_ntcp(void);
+/* "shm", "tcp" or "shm+tcp" once started; "none" before. */
+const char *dri_shm_transport_name(void);
+
+/* Copies up to the ring's free room from iov into the ring to peer;
+ * returns the bytes taken (0: full, the caller retries when peer shows up
+ * in dri_shm_ready).  If all is true, takes all or nothing (frames sent
+ * in an abort, which must not be torn). */
+size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all);
+/* Copies up to len bytes that peer sent into buf; returns them (0:
+ * nothing there yet). */
+size_t dri_shm_recv(int peer, void *buf, size_t len);
+/* Whether peer's ring to us holds bytes. */
+int dri_shm_readable(int peer);
+/* Writes into out (up to max) the world ranks whose rings changed since
+ * the last call (bytes to read, or room to write); returns how many. */
+int dri_shm_ready(int *out, int max);
+
+/* The launcher's abort word: 0 while the job is sound, else the dr_err it
+ * names with its message in msg. */
+dr_err dri_shm_aborted(char *msg, size_t size);
+/* Watches peer's process from now on (a request to or from it). */
+void dri_shm_watch(int peer);
+/* A shm peer whose process has exited (checked at most every few tens of
+ * milliseconds), or -1. */
+int dri_shm_dead_peer(int64_t now_ms);
+/* Sleeps until a peer writes to us or makes room, dri_shm_wake, the
+ * launcher's abort, or timeout_ms (capped, so the death watch runs).
+ * Called without transport.c's lock.  Returns 1 if woken, 0 on timeout. */
+int dri_shm_wait(int64_t timeout_ms);
+/* Wakes this rank's dri_shm_wait (another thread has work for it). */
+void dri_shm_wake(void);
+/* Whether ranks on this host outnumber the CPUs this process may use. */
+int dri_shm_oversubscribed(void);
+
+/* The world barrier through the segment, for jobs whose ranks all share
+ * it (transport.c's dri_transport_barrier): arrive publishes that this
+ * rank entered the barrier of sequence number seq and rings the peers;
+ * missing gives a rank that has not yet (-1: none); in_barrier tells
+ * whether peer is in that very barrier (a rank whose call of that seq is
+ * another one has a mismatch). */
+#define DRI_SHM_BARRIER_MAX 16
+/* transport.c: runs the barrier of id (world group) that way and returns
+ * 1 with *err set, or returns 0 if it does not apply (a subgroup, peers
+ * over TCP, more than DRI_SHM_BARRIER_MAX ranks). */
+int dri_transport_barrier(const dri_msg_id *id, dr_err *err);
+void dri_shm_barrier_arrive(uint64_t seq);
+int dri_shm_barrier_missing(uint64_t seq);
+int dri_shm_in_barrier(int peer, uint64_t seq);
+
+#endif /* DRI_SHM_H */

@@ -1,0 +1,244 @@
+#!/usr/bin/env bats
+# The per-job segment and the shared-memory transport, as a user sees
+# them: which transport a rank gets, a rank that dies mid-collective
+# failing the others at once, nothing left behind after any kill, pretend
+# hosts.  (Every runtime, collectives and CUDA suite also runs under
+# DISTRUN_TRANSPORT=tcp and with pretend hosts: scripts/run-tests.)
+
+load common
+
+# Long on purpose: a death must be seen through the segment's abort word
+# or the death watch, never through this timeout.  The bats-side
+# `timeout` below is far shorter.
+export DISTRUN_TIMEOUT=10m
+
+check() {
+	run timeout 60 "$DISTRUN" -n "$1" "$CTESTS/shm_check" "${@:2}"
+}
+
+# free_port: a TCP port nobody listens on now.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+@test "under distrun every rank maps the job's segment and talks through shared memory" {
+	check 4 info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 4 ]
+	for r in 0 1 2 3; do
+		grep -q "^\[$r\] rank $r: segment ranks 4 slot $r size [0-9]* launcher distrun$" <<<"$output"
+	done
+}
+
+@test "DISTRUN_TRANSPORT=tcp keeps the segment but talks TCP" {
+	DISTRUN_TRANSPORT=tcp check 2 info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport tcp$' <<<"$output")" -eq 2 ]
+	grep -q 'segment ranks 2 slot 1' <<<"$output"
+}
+
+@test "a bad DISTRUN_TRANSPORT is refused at init, naming the value" {
+	DISTRUN_TRANSPORT=carrier-pigeon check 2 info
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q "DR_EENV: DISTRUN_TRANSPORT='carrier-pigeon': use auto, shm or tcp" <<<"$output"
+}
+
+@test "DISTRUN_TRANSPORT=shm without distrun fails and says why; auto falls back to TCP" {
+	port=$(free_port)
+	DISTRUN_TRANSPORT=shm RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+		MASTER_PORT=$port run timeout 30 "$CTESTS/shm_check" info
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q 'transport shm: this rank has no shared segment (the launcher does not say how many ranks run on this host)' <<<"$output"
+	port=$(free_port)
+	RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+		run timeout 30 "$CTESTS/shm_check" info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q 'rank 0: transport tcp' <<<"$output"
+	grep -q 'rank 0: no segment' <<<"$output"
+}
+
+# refused WHY: the inherited segment was refused (WHY, with
+# DISTRUN_TRANSPORT=tcp, where no other is looked for); otherwise the
+# ranks make their own through the store (launcher none), as under
+# another launcher.
+refused() {
+	DISTRUN_TRANSPORT=tcp run timeout 60 "$DISTRUN" -n 2 "${cmd[@]}"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q "no segment ($1" <<<"$output"
+	run timeout 60 "$DISTRUN" -n 2 "${cmd[@]}"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 2 ]
+	[ "$(grep -c 'segment ranks 2 slot [01] size [0-9]* launcher none$' <<<"$output")" -eq 2 ]
+}
+
+@test "a segment of another job is refused; the ranks then make their own" {
+	cmd=(env DISTRUN_JOB_ID=0123456789abcdef0123456789abcdef "$CTESTS/shm_check" info)
+	refused 'segment DISTRUN_SEG_FD=[0-9]* refused: it belongs to another job'
+}
+
+@test "an fd that is not the segment is refused" {
+	cmd=(env DISTRUN_SEG_FD=0 "$CTESTS/shm_check" info)
+	refused "DISTRUN_SEG_FD='0' is not an fd number)"
+	cmd=(sh -c 'exec 7</dev/null; DISTRUN_SEG_FD=7 exec "$0" info' "$CTESTS/shm_check")
+	refused "DISTRUN_SEG_FD=7 is not the job's sealed memfd"
+}
+
+@test "pretend hosts: shared memory inside a host, TCP between, and results agree" {
+	DISTRUN_PRETEND_HOSTS=2 check 4 info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport shm+tcp$' <<<"$output")" -eq 4 ]
+	run timeout 120 "$DISTRUN" -n 4 sh -c \
+		'DISTRUN_HOST_ID=host$((RANK / 2)) exec "$0" all' "$CTESTS/coll_check"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': ok$' <<<"$output")" -eq 4 ]
+}
+
+@test "a bad DISTRUN_HOST_ID is refused, naming it" {
+	DISTRUN_HOST_ID='a b' check 2 info
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q "DR_EENV: DISTRUN_HOST_ID='a b'" <<<"$output"
+}
+
+# kill_fails_fast N BYTES: the last rank SIGKILLs itself in an all_reduce
+# of BYTES; every other rank gets DR_EPEER naming it (from the segment's
+# abort word), well before DISTRUN_TIMEOUT and bats' own 60 s.
+kill_fails_fast() {
+	check "$1" kill "$2"
+	echo "$output"
+	local last=$(($1 - 1))
+	grep -q "distrun: rank $last was killed by SIGKILL" <<<"$output"
+	for ((r = 0; r < last; r++)); do
+		grep -q "^\[$r\] rank $r: DR_EPEER: .*rank $last" <<<"$output"
+	done
+	! grep -q 'DR_ETIMEDOUT' <<<"$output"
+}
+
+@test "a rank SIGKILLed in a small all_reduce fails the others with DR_EPEER, not the timeout" {
+	kill_fails_fast 4 64
+}
+
+@test "a rank SIGKILLed in a 64 MiB all_reduce fails the others with DR_EPEER, not the timeout" {
+	kill_fails_fast 3 $((64 << 20))
+}
+
+@test "the same through pretend hosts (shared memory and TCP mixed)" {
+	DISTRUN_PRETEND_HOSTS=2 kill_fails_fast 4 $((1 << 20))
+}
+
+@test "a rank that exits without a word fails its peers' next call with DR_EPEER (death watch)" {
+	check 3 exit0
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: DR_EPEER: .*rank 2 (its process exited)' <<<"$output"
+	grep -q '^\[1\] rank 1: DR_EPEER: .*rank 2' <<<"$output"
+}
+
+holding() {
+	[ "$(grep -c holding "$out")" -eq "$1" ]
+}
+
+# start_hold N: starts distrun -n N shm_check hold in the background; sets
+# JOB (distrun's pid), PIDS (the ranks') and INODE (the segment's).
+start_hold() {
+	out=$BATS_TEST_TMPDIR/hold.out
+	"$DISTRUN" -n "$1" "$CTESTS/shm_check" hold >"$out" 2>&1 &
+	JOB=$!
+	wait_until 30 holding "$1" || {
+		cat "$out"; kill -9 $JOB; return 1; }
+	PIDS=$(sed -n 's/.*holding pid \([0-9]*\).*/\1/p' "$out")
+	INODE=$(sed -n 's/.*segment inode \([0-9]*\)$/\1/p' "$out" | sort -u)
+	[ "$(wc -w <<<"$INODE")" -eq 1 ]
+}
+
+gone() {
+	for p in "$@"; do
+		! kill -0 "$p" 2>/dev/null || return 1
+	done
+}
+
+# Nothing maps the segment any more, and nothing was made in /dev/shm.
+nothing_left() {
+	wait_until 30 gone $JOB $PIDS
+	! grep -l "memfd:distrun-segment (deleted)" /proc/[0-9]*/maps 2>/dev/null |
+		xargs -r grep -l " $INODE  *" 2>/dev/null | grep -q .
+	[ -z "$(find /dev/shm -newer "$BATS_TEST_TMPDIR/marker" -name '*distrun*' 2>/dev/null)" ]
+}
+
+@test "nothing is left after SIGKILL of a rank" {
+	touch "$BATS_TEST_TMPDIR/marker"
+	start_hold 3
+	kill -9 $(sed -n 2p <<<"$PIDS")
+	wait $JOB || true
+	nothing_left
+}
+
+@test "nothing is left after SIGKILL of distrun" {
+	touch "$BATS_TEST_TMPDIR/marker"
+	start_hold 3
+	kill -9 $JOB
+	nothing_left
+}
+
+@test "nothing is left after SIGKILL of every process of the job" {
+	touch "$BATS_TEST_TMPDIR/marker"
+	start_hold 3
+	kill -9 $JOB $PIDS
+	nothing_left
+}
+
+@test "256 ranks on 2 cores all talk through shared memory" {
+	run timeout 300 "$DISTRUN" -n 256 "$CTESTS/shm_check" info
+	[ "$status" -eq 0 ] || { echo "$output" | tail; false; }
+	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 256 ]
+}
+
+# ------------------------------------------------ under other launchers
+
+@test "torchrun: the local ranks share a segment made by local rank 0 and use shared memory" {
+	require_torch
+	run timeout 120 "$TORCH_PYTHON" -m torch.distributed.run --nproc_per_node 3 \
+		--master_port "$(free_port)" --redirects 1 --tee 1 \
+		--log_dir "$BATS_TEST_TMPDIR/torchrun" --no_python "$CTESTS/shm_check" info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 3 ]
+	grep -q 'rank 2: segment ranks 3 slot 2 size [0-9]* launcher none' <<<"$output"
+}
+
+@test "mpirun and mpiexec.mpich: the same, and the collectives check passes over it" {
+	command -v mpirun >/dev/null || skip "Open MPI is not installed"
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+		run timeout 120 mpirun --oversubscribe -n 3 "$CTESTS/shm_check" info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 3 ]
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+		run timeout 300 mpirun --oversubscribe -n 4 "$CTESTS/coll_check" all
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': ok$' <<<"$output")" -eq 4 ]
+	command -v mpiexec.mpich >/dev/null || skip "MPICH is not installed"
+	run timeout 120 mpiexec.mpich -n 2 "$CTESTS/shm_check" info
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 2 ]
+}
+
+@test "mpirun: a rank SIGKILLed mid-collective fails the others with DR_EPEER (death watch, no distrun)" {
+	command -v mpirun >/dev/null || skip "Open MPI is not installed"
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+		run timeout 60 mpirun --oversubscribe -n 3 "$CTESTS/shm_check" kill 64
+	echo "$output"
+	grep -q 'rank 0: DR_EPEER: .*rank 2' <<<"$output"
+	grep -q 'rank 1: DR_EPEER: .*rank 2' <<<"$output"
+}
