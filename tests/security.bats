@@ -9,6 +9,10 @@
 load common
 
 export DISTRUN_TIMEOUT=120s
+# The ranks' transport ports are what is attacked here: over shared
+# memory (distrun's default on one host) the ranks have none (shm.bats
+# covers the segment: no name, only the job's processes map it).
+export DISTRUN_TRANSPORT=tcp
 ATTACKER=$CTESTS/attacker
 VICTIM=$CTESTS/sec_victim
 
