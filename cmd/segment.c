@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -69,7 +70,10 @@ int segment_create(struct job *job)
 	h->magic = DRI_SEG_MAGIC;
 	h->version = DRI_SEG_VERSION;
 	h->launcher_pid = (int32_t)getpid();
-	h->first_rank = 0;
+	h->first_rank = job->rank_offset;
+	if (getrandom(&h->nonce, sizeof(h->nonce), GRND_NONBLOCK) !=
+	    sizeof(h->nonce))
+		h->nonce = (uint64_t)getpid() << 32 ^ (uint64_t)now_real();
 	run_id_bytes(job->run_id, h->job_id);
 	h->abort_rank = -1;
 	job->seg = p;
@@ -93,10 +97,10 @@ void segment_abort(struct job *job, int r, const char *why)
 
 	if (!h || __atomic_load_n(&h->abort, __ATOMIC_ACQUIRE))
 		return;
-	h->abort_rank = r;
+	h->abort_rank = job->rank_offset + r;
 	h->abort_err = DR_EPEER;
 	snprintf(h->abort_msg, sizeof(h->abort_msg), "rank %d %s (seen by "
-		 "distrun)", r, why);
+		 "distrun)", job->rank_offset + r, why);
 	__atomic_store_n(&h->abort, 1, __ATOMIC_RELEASE);
 	futex_wake_all(&h->abort);
 	x = (unsigned char *)h + h->xport_off;

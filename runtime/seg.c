@@ -33,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dri.h"
@@ -257,6 +259,9 @@ static dr_err seg_create(dri_kv *kv, const char *key, const uint8_t job[16],
 	h->launcher_pid = 0;
 	h->first_rank = -1;
 	memcpy(h->job_id, job, 16);
+	if (getrandom(&h->nonce, sizeof(h->nonce), GRND_NONBLOCK) !=
+	    sizeof(h->nonce))
+		h->nonce = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
 	h->abort_rank = -1;
 	S.hdr = h;
 	S.local = 0;

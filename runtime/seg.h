@@ -69,6 +69,9 @@ typedef struct {
 	uint64_t ring_stride;
 	uint32_t ring_size;        /* data bytes of each ring, a power of 2 */
 	uint32_t blk_size;
+	/* Random, per segment: two segments of one job on one machine (two
+	 * nodes of a job started there) are told apart by it. */
+	uint64_t nonce;
 } dri_seg_hdr;
 
 /* Each rank's block at the start of the transport area.  A sender that

@@ -188,7 +188,8 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 	snprintf(buf, size, "|");
 	for (int i = 0; i < 16; i++)
 		snprintf(buf + 1 + 2 * i, size - 1 - 2 * i, "%02x", h->job_id[i]);
-	snprintf(buf + 33, size - 33, "/%s/%d", M.host, M.me);
+	snprintf(buf + 33, size - 33, ".%016llx/%s/%d",
+		 (unsigned long long)h->nonce, M.host, M.me);
 	/* Our inbound rings start empty: what an earlier process group of
 	 * ours left unread there is not for this one.  No peer writes to
 	 * us before it has our address, which is published after this. */
