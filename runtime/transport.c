@@ -2061,6 +2061,7 @@ int dri_transport_barrier(const dri_msg_id *id, dr_err *err)
 {
 	int64_t timeout_ms = dri_op_timeout_ms(), deadline, t0;
 	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
+	int shown = -1;
 
 	pthread_mutex_lock(&tp.mu);
 	if (!tp.on || id->group_id || tp.size < 2 ||
@@ -2086,6 +2087,8 @@ int dri_transport_barrier(const dri_msg_id *id, dr_err *err)
 		check_stale_locked(id, now - t0);
 		if (tp.abort_err)
 			break;
+		if (late != shown) /* for the launcher: the rank we wait for */
+			dri_ctl_wait(shown = late, 0);
 		dri_shm_watch(late); /* its death, as for a receive from it */
 		if (left <= 0) {
 			abort_locked(DR_ETIMEDOUT, "rank %d: timed out after %lld "
