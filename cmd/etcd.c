@@ -274,7 +274,11 @@ static json_t *call(struct etcd *e, const char *path, json_t *body,
 	rc = curl_easy_perform(e->curl);
 	free(s);
 	curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &code);
-	if (r->watch && (r->events || rc == CURLE_OPERATION_TIMEDOUT))
+	/* A watch ends with events, at its time limit, or when the server
+	 * closes the stream: the caller reads the key again in every case,
+	 * and a server that is gone fails that read with its reason. */
+	if (r->watch && (r->events || rc == CURLE_OPERATION_TIMEDOUT ||
+			 rc == CURLE_OK))
 		return json_object();
 	if (rc != CURLE_OK) {
 		seterr(e, "etcd at %s: %s", e->base, curl_easy_strerror(rc));
