@@ -212,3 +212,14 @@ mismatch() {
 	grep -q '^\[1\] rank 1: failed: DR_ENOMEM: rank 0: out of memory.*(reported by rank 0)' <<<"$output"
 	! grep -q 'timed out' <<<"$output"
 }
+
+@test "a 1 MiB all_reduce over a 63-rank ring reserves little address space per rank" {
+	# before the fix each of the 62 steps reserved 512 KiB (31 MiB a rank)
+	run "$DISTRUN" --timeout 300s -n 63 "$CTESTS/ring_mem" 1048576
+	echo "$output" | tail -n 5
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'vmpeak grew' <<<"$output")" -eq 63 ]
+	max=$(grep -o 'grew [0-9-]*' <<<"$output" | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')
+	echo "largest growth: $max KiB"
+	[ "$max" -lt 12288 ]
+}
