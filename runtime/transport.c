@@ -2042,11 +2042,16 @@ static void check_stale_locked(const dri_msg_id *id, int64_t waited_ms)
 
 	memset(&r, 0, sizeof(r));
 	r.id = *id;
-	for (struct umsg *m = tp.uq_head; m && !tp.abort_err; m = m->next)
+	for (struct umsg *m = tp.uq_head; m; m = m->next)
 		if (!m->id.group_id && m->id.coll != DRI_P2P &&
 		    (m->id.seq < id->seq ||
-		     (m->id.seq == id->seq && waited_ms >= LATE_MS)))
+		     (m->id.seq == id->seq && waited_ms >= LATE_MS))) {
 			check_match(&r, m->src, &m->id, m->len);
+			/* A mismatch aborts, and the abort frees the queue
+			 * (m too): stop before reading m->next. */
+			if (tp.abort_err)
+				return;
+		}
 	for (int i = 0; i < tp.size && !tp.abort_err; i++) {
 		struct peer *p = &tp.peers[i];
 
