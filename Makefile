@@ -40,7 +40,7 @@ else ifeq ($(TSAN),1)
 # The program and the library must both be instrumented: every program
 # links the static archive built here with the same flags.
 B ?= build-tsan
-ALL_CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
+ALL_CFLAGS += -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
 ALL_LDFLAGS += -fsanitize=thread
 else ifeq ($(FUZZ),1)
 # Only `make fuzz` sets FUZZ=1: clang's libFuzzer, with ASan and UBSan
