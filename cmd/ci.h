@@ -25,11 +25,6 @@
 
 struct opts;
 
-/* "4", "1,2,4", "1-8", "1,2,8-16": world sizes in order, each 1 to
- * MAX_RANKS, none twice.  On success *sizes is malloc'd.  Returns -1 on bad
- * input without printing. */
-int parse_sizes(const char *s, int **sizes, int *n);
-
 /* ------------------------------------------------------------ test lists */
 
 enum ci_stream { CI_STDOUT, CI_STDERR };

@@ -40,7 +40,8 @@
 #include <unistd.h>
 
 #include "distrun.h"
-#include "dri.h"
+#include "ctl.h"
+#include "error.h"
 #include "diag.h"
 
 extern char **environ;
@@ -374,14 +375,14 @@ double diag_deadline(const struct job *job)
 	return d->next_sample;
 }
 
-void diag_tick(struct job *job)
+bool diag_tick(struct job *job)
 {
 	struct diag *d = job->diag;
 	double t = now_mono();
 
 	if (!d || job->stopping || t < d->next_sample ||
 	    (!job->o->trace && !job->o->stall_timeout))
-		return;
+		return false;
 	d->next_sample = t + sample_period(job);
 	for (int r = 0; r < job->o->nranks; r++) {
 		const dri_ctl *c = diag_ctl(job, r);
@@ -406,8 +407,9 @@ void diag_tick(struct job *job)
 		job->stalled = true;
 		job->timed_out = true;
 		diag_report(job, why);
-		job_stop(job, SIGTERM);
+		return true;
 	}
+	return false;
 }
 
 void diag_output(struct job *job, int r, int s, const char *p, size_t n)

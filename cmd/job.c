@@ -387,7 +387,8 @@ int job_run(struct job *job)
 			handle_signals(job);
 		for (int i = np; rc > 0 && i < np + nn; i++)
 			if (pfd[i].revents) {
-				nodes_job_handle(job);
+				if (nodes_job_handle(job))
+					job_stop(job, SIGTERM);
 				break;
 			}
 		if (job->output_broken && !job->stopping) {
@@ -396,7 +397,8 @@ int job_run(struct job *job)
 			job_stop(job, SIGTERM);
 		}
 		check_timers(job);
-		diag_tick(job);
+		if (diag_tick(job))
+			job_stop(job, SIGTERM);
 		check_output(job);
 		check_leftovers(job, rc == 0 && !full);
 	}

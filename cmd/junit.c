@@ -30,6 +30,21 @@
 
 /* The next code point of [*p, end), or -1 for a byte that does not start
  * valid UTF-8 (overlong forms and surrogates included); advances *p. */
+const char *ci_verdict_name(enum ci_verdict v)
+{
+	static const char *const names[] = {
+		[CI_PASS] = "PASS", [CI_FAIL] = "FAIL", [CI_XFAIL] = "XFAIL",
+		[CI_XPASS] = "XPASS", [CI_SKIP] = "SKIP", [CI_FLAKY] = "FLAKY",
+		[CI_ERROR] = "ERROR",
+	};
+	return names[v];
+}
+
+bool ci_verdict_ok(enum ci_verdict v)
+{
+	return v == CI_PASS || v == CI_XFAIL || v == CI_SKIP || v == CI_FLAKY;
+}
+
 long ci_utf8_next(const unsigned char **p, const unsigned char *end)
 {
 	const unsigned char *s = *p;

@@ -93,10 +93,14 @@ struct opts {
  * EXIT_USAGE after a one-line error and the usage hint, or -1 after
  * --help/--version (exit 0). */
 int opts_parse(struct opts *o, int argc, char **argv);
-/* A duration in seconds, by runtime/clock.c's one parser (so the same as
+/* fmt.c: a duration in seconds, by runtime/clock.c's one parser (so the same as
  * DISTRUN_TIMEOUT's): "90s", "5m", "1h", "1d", "250ms", "2".  Returns -1
  * on bad input, without printing. */
 int parse_duration(const char *s, double *out);
+/* fmt.c, as parse_duration: "4", "1,2,4", "1-8", "1,2,8-16": world sizes in order, each 1 to
+ * MAX_RANKS, none twice.  On success *sizes is malloc'd.  Returns -1 on bad
+ * input without printing. */
+int parse_sizes(const char *s, int **sizes, int *n);
 void opts_release(struct opts *o);
 
 /* ------------------------------------------------------------ ranks */
@@ -196,7 +200,9 @@ int nodes_setup(struct job *job);
 /* The job loop's part: fds to poll, what they say, our failure, our end
  * (returns the job's exit status over every node). */
 int nodes_job_pollfds(struct job *job, struct pollfd *pfd, int max);
-void nodes_job_handle(struct job *job);
+/* True when what the other nodes said stops this node's job (the job
+ * loop then stops it: job.c is above this file). */
+bool nodes_job_handle(struct job *job);
 void nodes_job_stopping(struct job *job);
 int nodes_job_finish(struct job *job, int status);
 
@@ -293,9 +299,9 @@ int diag_init(struct job *job);
  * to env at *k; they are freed by diag_release. */
 int diag_env(struct job *job, char **env, size_t *k);
 /* Each round of the event loop: samples the control blocks (progress,
- * flight records for --trace) and, past --stall-timeout, reports and
- * stops the job. */
-void diag_tick(struct job *job);
+ * flight records for --trace) and, past --stall-timeout, reports the
+ * stall and returns true: the job loop then stops the job. */
+bool diag_tick(struct job *job);
 /* When diag_tick needs to run next (monotonic s), or -1. */
 double diag_deadline(const struct job *job);
 /* n bytes of rank r's stream s came in (progress; trace instants). */

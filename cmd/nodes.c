@@ -1012,13 +1012,13 @@ int nodes_job_pollfds(struct job *job, struct pollfd *pfd, int max)
 	return nodes_pollfds(job->nodes, pfd, max);
 }
 
-void nodes_job_handle(struct job *job)
+bool nodes_job_handle(struct job *job)
 {
 	struct node_event ev;
 
 	nodes_handle(job->nodes, &ev);
 	if (ev.kind == NODE_EV_NONE || job->stopping)
-		return;
+		return false;
 	if (ev.rank >= 0)
 		fprintf(stderr, "distrun: rank %d on node %d %s; stopping "
 			"node %d\n", ev.rank, ev.node, ev.desc, job->node_rank);
@@ -1027,7 +1027,7 @@ void nodes_job_handle(struct job *job)
 			job->node_rank);
 	job->node_stop = true;
 	job->node_stop_status = ev.status;
-	job_stop(job, SIGTERM);
+	return true;
 }
 
 void nodes_job_stopping(struct job *job)

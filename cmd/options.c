@@ -179,17 +179,6 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 	return 0;
 }
 
-int parse_duration(const char *s, double *out)
-{
-	const char *why;
-	int64_t ms;
-
-	if (dri_duration_parse(s, &ms, &why))
-		return -1;
-	*out = ms / 1000.0;
-	return 0;
-}
-
 /* A duration option in seconds, by the parser the runtime's
  * DISTRUN_TIMEOUT also uses; positive: zero is refused too.  Returns 0,
  * or -1 after the usage message. */

@@ -35,57 +35,6 @@
 #include "launcher.h"
 #include "ci.h"
 
-int parse_sizes(const char *s, int **sizes, int *n)
-{
-	uint8_t seen[MAX_RANKS + 1] = { 0 };
-	int *v = NULL, len = 0, cap = 0;
-	const char *p = s;
-
-	for (;;) {
-		char *end;
-		long a, b;
-
-		if (!isdigit((unsigned char)*p))
-			goto bad;
-		errno = 0;
-		a = strtol(p, &end, 10);
-		b = a;
-		if (*end == '-') {
-			p = end + 1;
-			if (!isdigit((unsigned char)*p))
-				goto bad;
-			b = strtol(p, &end, 10);
-		}
-		if (errno || a < 1 || b > MAX_RANKS || a > b)
-			goto bad;
-		for (long k = a; k <= b; k++) {
-			if (seen[k])
-				goto bad;
-			seen[k] = 1;
-			if (len == cap) {
-				int *nv = realloc(v, (cap = cap ? 2 * cap : 8) *
-						  sizeof(*v));
-
-				if (!nv)
-					goto bad;
-				v = nv;
-			}
-			v[len++] = (int)k;
-		}
-		if (!*end)
-			break;
-		if (*end != ',')
-			goto bad;
-		p = end + 1;
-	}
-	*sizes = v;
-	*n = len;
-	return 0;
-bad:
-	free(v);
-	return -1;
-}
-
 int parse_exit_expect(const char *s)
 {
 	char *end;

@@ -86,21 +86,6 @@ struct slot {
 	bool killed;
 };
 
-const char *ci_verdict_name(enum ci_verdict v)
-{
-	static const char *const names[] = {
-		[CI_PASS] = "PASS", [CI_FAIL] = "FAIL", [CI_XFAIL] = "XFAIL",
-		[CI_XPASS] = "XPASS", [CI_SKIP] = "SKIP", [CI_FLAKY] = "FLAKY",
-		[CI_ERROR] = "ERROR",
-	};
-	return names[v];
-}
-
-bool ci_verdict_ok(enum ci_verdict v)
-{
-	return v == CI_PASS || v == CI_XFAIL || v == CI_SKIP || v == CI_FLAKY;
-}
-
 static int cpu_count(void)
 {
 	cpu_set_t set;

@@ -23,7 +23,8 @@
 #include <string.h>
 
 #include "distrun.h"
-#include "dri.h"
+#include "ctl.h"
+#include "error.h"
 #include "diag.h"
 
 /* The latest arrival at a collective (group, seq) over every rank, and

@@ -19,7 +19,8 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
+#include "error.h"
+#include "wire.h"
 
 /* ------------------------------------------------------------ SHA-256 */
 
@@ -461,18 +462,6 @@ void dri_auth_transport_key(const uint8_t store_key[DRI_KEY_LEN],
 #define HS_MAGIC 0x41485244u /* "DRHA" */
 #define HS_VERSION 2
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
 /* HMAC(key, label || HELLO || nonce_s || server rank). */
 static void hs_mac(const uint8_t key[DRI_KEY_LEN], const char *label,
 		   const dri_hs *hs, uint8_t out[32])
@@ -492,13 +481,13 @@ dr_err dri_hs_hello(dri_hs *hs, int role, int rank, int size)
 
 	memset(hs, 0, sizeof(*hs));
 	hs->role = role;
-	put32(b, HS_MAGIC);
+	dri_put32(b, HS_MAGIC);
 	b[4] = HS_VERSION;
 	b[5] = 0;
 	b[6] = (unsigned char)role;
 	b[7] = 0;
-	put32(b + 8, (uint32_t)rank);
-	put32(b + 12, (uint32_t)size);
+	dri_put32(b + 8, (uint32_t)rank);
+	dri_put32(b + 12, (uint32_t)size);
 	return dri_random(b + 16, 32);
 }
 
@@ -509,17 +498,17 @@ dr_err dri_hs_challenge(dri_hs *hs, const uint8_t key[DRI_KEY_LEN],
 	dr_err err;
 
 	memset(hs, 0, sizeof(*hs));
-	if (get32(hello) != HS_MAGIC || hello[4] != HS_VERSION ||
+	if (dri_get32(hello) != HS_MAGIC || hello[4] != HS_VERSION ||
 	    hello[6] != role)
 		return dri_fail(DR_EPROTO, "not a distrun handshake");
 	memcpy(hs->hello, hello, DRI_HS_HELLO);
 	hs->role = role;
-	*rank = (int)get32(hello + 8);
-	*size = (int)get32(hello + 12);
+	*rank = (int)dri_get32(hello + 8);
+	*size = (int)dri_get32(hello + 12);
 	err = dri_random(hs->chal, 32);
 	if (err)
 		return err;
-	put32(hs->chal + 32, (uint32_t)my_rank);
+	dri_put32(hs->chal + 32, (uint32_t)my_rank);
 	hs_mac(key, "distrun server", hs, hs->chal + 36);
 	return DR_OK;
 }
@@ -542,7 +531,7 @@ dr_err dri_hs_answer(dri_hs *hs, const uint8_t key[DRI_KEY_LEN],
 				"DISTRUN_SECRET, DISTRUN_SECRET_FILE or per-user "
 				"key file, and the same MASTER_PORT, WORLD_SIZE "
 				"and TORCHELASTIC_RUN_ID)");
-	*srv_rank = (int)get32(chal + 32);
+	*srv_rank = (int)dri_get32(chal + 32);
 	hs_mac(key, "distrun client", hs, proof);
 	return DR_OK;
 }

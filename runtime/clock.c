@@ -84,3 +84,20 @@ int dri_duration_parse(const char *s, int64_t *ms, const char **why)
 	*why = "unknown unit (use ms, s, m, h or d)";
 	return -1;
 }
+
+void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+	struct timespec ts;
+
+	/* The monotonic clock, whatever clock cv was made with: a wall clock
+	 * set back (NTP, an admin) must not stretch a wait, nor one set
+	 * forward cut it short. */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
+}

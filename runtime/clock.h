@@ -10,6 +10,7 @@
 #ifndef DRI_CLOCK_H
 #define DRI_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 /* CLOCK_MONOTONIC in milliseconds and in seconds: deadlines and
@@ -33,5 +34,10 @@ double dri_real_s(void);
  * and *ms untouched.  Zero is accepted: callers that need a positive
  * duration check that themselves. */
 int dri_duration_parse(const char *s, int64_t *ms, const char **why);
+
+/* Waits on cv for at most ms milliseconds from now, by CLOCK_MONOTONIC
+ * (pthread_cond_clockwait), so that setting the wall clock changes no
+ * wait.  Every condition wait of distrun goes through here. */
+void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 
 #endif

@@ -15,7 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dri.h"
+#include "error.h"
+#include "group.h"
+#include "reduce.h"
+#include "timeout.h"
 
 /* Results at most this many bytes take the latency-bound algorithms
  * (binomial trees, recursive doubling, Bruck, recursive halving); larger

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "cuda_stage.h"
 #include "shm.h"
 
 static dr_err barrier_run(dri_op *op)

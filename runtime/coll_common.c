@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "coll.h"
+#include "cuda_driver.h"
+#include "cuda_stage.h"
 
 int dri_group_index(const dr_group *g, int world_rank)
 {
@@ -26,7 +28,7 @@ int dri_group_index(const dr_group *g, int world_rank)
 
 dr_err dri_coll_group(const char *call, dr_group *group, dr_group **out)
 {
-	if (!dr_is_initialized() || !dri_world())
+	if (!dri_world())
 		return dri_fail(DR_ENOINIT, "%s: the default process group has "
 				"not been initialized", call);
 	/* A handle kept across dr_destroy_process_group (and a new init):
@@ -95,11 +97,6 @@ void *dri_scratch(size_t n)
 	return p;
 }
 
-void *dri_or_empty(const void *p)
-{
-	static char empty[8];
-	return p ? (void *)p : empty;
-}
 
 dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
 {
@@ -118,7 +115,7 @@ void dri_coll_abandon(dr_err err)
 		return;
 	}
 	/* our own failure: named as group.c's run_op names it */
-	snprintf(msg, sizeof(msg), "rank %d: %s", dr_get_rank(), why);
+	snprintf(msg, sizeof(msg), "rank %d: %s", dri_world_rank(), why);
 	dri_transport_abort(err, msg);
 	dri_set_last_error(msg);
 }

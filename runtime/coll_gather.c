@@ -205,7 +205,7 @@ static dr_err gather_submit(const char *call, dri_coll coll,
 	/* recvbuf's size on every rank, so that all fail alike; only the
 	 * root's is used (the others' may be NULL) */
 	if (!err)
-		err = dri_coll_check_buf(call, root < 0 || root == dr_get_rank() ?
+		err = dri_coll_check_buf(call, root < 0 || root == dri_world_rank() ?
 					 recvbuf : "", count, (size_t)g->size,
 					 dtype, "recvbuf");
 	if (err)

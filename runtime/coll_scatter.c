@@ -90,7 +90,7 @@ dr_err dr_scatter(const void *sendbuf, void *recvbuf, size_t count,
 	/* sendbuf's size on every rank, so that all fail alike; only the
 	 * root's is used (the others' may be NULL) */
 	if (!err)
-		err = dri_coll_check_buf(call, src == dr_get_rank() ? sendbuf : "",
+		err = dri_coll_check_buf(call, src == dri_world_rank() ? sendbuf : "",
 					 count, (size_t)g->size, dtype, "sendbuf");
 	if (err)
 		return err;

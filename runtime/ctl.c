@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dri.h"
 #include "ctl.h"
+#include "error.h"
 
 static dri_ctl *C;
 /* Coarse by default: a fraction of the precise clock's cost, to the

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "seg.h"
+#include "wire.h"
 
 #define DRI_CTL_MAGIC 0x4c544344u /* "DCTL" */
 #define DRI_CTL_VERSION 1
@@ -55,7 +56,7 @@ enum { DRI_CTL_WORLD, DRI_CTL_OTHER, DRI_CTL_RINGS };
 /* One call: the one a slot is in, or a record of one that ended. */
 typedef struct {
 	uint32_t group_id;
-	uint32_t coll;         /* dri_coll (dri.h) */
+	uint32_t coll;         /* dri_coll (error.h) */
 	uint64_t seq;          /* the group's call number; 0 for p2p */
 	uint64_t count;        /* elements, as the user gave them */
 	uint64_t bytes;        /* count x dtype size */
@@ -185,7 +186,7 @@ DRI_CTL_NO_TSAN static inline int dri_ctl_read_rec(const dri_ctl *ctl,
 
 /* ------------------------------------------------- writers (ctl.c) */
 
-#ifdef DRI_H /* libdistrun only: dri.h first */
+/* The launcher reads the blocks; only libdistrun calls these. */
 /* Maps this rank's control block (in the segment distrun made, through
  * seg.c) and fills its header.  Without a segment every call below does
  * nothing but test a pointer. */
@@ -204,6 +205,5 @@ void dri_ctl_end(dr_err err);
 /* The transport waits to send to (or receive from) peer now, inside the
  * call this thread is in (a request completed since the last time). */
 void dri_ctl_wait(int peer, int is_send);
-#endif
 
 #endif /* DRI_CTL_H */

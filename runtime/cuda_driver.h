@@ -1,7 +1,9 @@
 /*
  * cuda_driver.h - the CUDA driver as libdistrun loads it (cuda_driver.c),
- * for the code that stages collectives through it (cuda_stage.c) and for
- * nothing else: internal, below the collectives, knowing nothing of them.
+ * for the code that stages collectives through it (cuda_stage.c), and the
+ * pointer query every entry point makes: below the collectives, knowing
+ * nothing of them (layer 4, beside the groups; it needs only the clock,
+ * the error state and the job's timeout).
  *
  * The driver API is declared here by hand with its ABI names, so that no
  * toolkit header is needed to build; the function table is filled once by
@@ -15,7 +17,9 @@
 
 #include <stdint.h>
 
-#include "dri.h"
+#include "clock.h"
+#include "error.h"
+#include "timeout.h"
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -23,6 +27,14 @@ typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+
+/* The device a pointer lives on, or -1 for host memory (and always -1
+ * without CUDA).  Called by every collective entry point, so it must cost
+ * well under a microsecond on host memory where CUDA is absent: no
+ * filesystem work per call (a dlopen(RTLD_NOLOAD) searches the disk for a
+ * library that is not loaded, which costs more than a whole barrier); it
+ * watches the link map (dl_iterate_phdr) instead. */
+int dri_cuda_ptr_device(const void *p);
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_INITIALIZED 3

@@ -67,6 +67,7 @@
 
 #include "coll.h"
 #include "cuda_driver.h"
+#include "cuda_stage.h"
 
 /* Pinned slots per stager: chunk k's network step runs while k+1 is being
  * copied in and k-1 copied out. */
@@ -138,9 +139,11 @@ static dr_err stage_ready(void)
 	return DR_OK;
 }
 
-static int64_t deadline_after(int64_t timeout_ms)
+/* The call's deadline (set when it started running), else timeout_ms's
+ * from now. */
+static int64_t call_deadline(const dri_op *op)
 {
-	return dri_now_ms() + (timeout_ms > 0 ? timeout_ms : dri_op_timeout_ms());
+	return op->id.deadline ? op->id.deadline : dri_deadline(op->timeout_ms);
 }
 
 /* --------------------------------------------------------------- stagers */
@@ -597,7 +600,7 @@ static dr_err staged_run(dri_op *op)
 		return dri_fail(DR_EINVAL, "invalid dtype %d", (int)op->dtype);
 	if (g.n <= 0 || g.r < 0)
 		return dri_fail(DR_ENOTMEMBER, "this rank is not in the group");
-	deadline = deadline_after(op->timeout_ms);
+	deadline = call_deadline(op);
 
 	if ((err = dri_cu_enter(g.device)))
 		return err;
@@ -710,7 +713,7 @@ dr_err dri_cuda_barrier_op(dri_op *op, const char *call, const int *device_ids,
 dr_err dri_cuda_barrier_wait(dri_op *op)
 {
 	captures *cp = op->priv;
-	int64_t deadline = deadline_after(op->timeout_ms);
+	int64_t deadline = call_deadline(op);
 	dr_err err = DR_OK;
 
 	if (!cp)

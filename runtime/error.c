@@ -9,10 +9,11 @@
  * storage so that the progress thread's failures do not overwrite the
  * caller's (a work handle keeps its own copy, see group.c).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "dri.h"
+#include "error.h"
 
 #define DRI_MSG_MAX 1024
 

@@ -33,8 +33,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "dri.h"
+#include "clock.h"
 #include "ctl.h"
+#include "error.h"
+#include "group.h"
+#include "timeout.h"
 
 #define MSG_MAX 1024
 
@@ -79,7 +82,6 @@ static struct {
 	.cv = PTHREAD_COND_INITIALIZER,
 };
 
-static _Thread_local int64_t cur_timeout_ms;
 static _Thread_local void *scratch;
 static _Thread_local size_t scratch_len;
 
@@ -102,32 +104,28 @@ void dri_scratch_release(void)
 	scratch_len = 0;
 }
 
-int64_t dri_op_timeout_ms(void)
-{
-	return cur_timeout_ms > 0 ? cur_timeout_ms : dri_timeout_ms();
-}
 
 dr_group *dri_world(void)
 {
 	return G.on ? &G.world : NULL;
 }
 
-void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+int dri_world_rank(void)
 {
-	struct timespec ts;
-
-	/* The monotonic clock, whatever clock cv was made with: a wall clock
-	 * set back (NTP, an admin) must not stretch a wait, nor one set
-	 * forward cut it short. */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
+	return G.on ? G.world.rank : -1;
 }
+
+int dri_world_size(void)
+{
+	return G.on ? G.world.size : -1;
+}
+
+void *dri_or_empty(const void *p)
+{
+	static char empty[8];
+	return p ? (void *)p : empty;
+}
+
 
 static void timed_wait(int64_t ms)
 {
@@ -258,10 +256,11 @@ void dri_group_free(dr_group *g)
 
 static dr_err run_op(dri_op *op)
 {
-	int64_t saved = cur_timeout_ms;
 	dr_err err;
 
-	cur_timeout_ms = op->timeout_ms > 0 ? op->timeout_ms : dri_timeout_ms();
+	/* The call's deadline, from now: every wait of the call ends there. */
+	op->id.timeout_ms = op->timeout_ms > 0 ? op->timeout_ms : dri_timeout_ms();
+	op->id.deadline = dri_deadline(op->id.timeout_ms);
 	err = dri_transport_check();
 	if (!err) {
 		dri_ctl_begin(&op->id, -1, 0);
@@ -287,7 +286,6 @@ static dr_err run_op(dri_op *op)
 			}
 		}
 	}
-	cur_timeout_ms = saved;
 	if (op->release)
 		op->release(op);
 	free(op->counts);

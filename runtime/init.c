@@ -32,18 +32,20 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
-#include "rdzv.h"
+#include "clock.h"
 #include "ctl.h"
+#include "error.h"
+#include "group.h"
+#include "rdzv.h"
 #include "seg.h"
 #include "shm.h"
-
-#define DEFAULT_TIMEOUT_MS (30 * 60 * 1000LL)
+#include "store.h"
+#include "timeout.h"
+#include "transport.h"
 
 static struct {
 	int on;
 	int rank, size;
-	int64_t timeout_ms;
 	dri_store_server *srv;
 	dri_kv kv;
 	dri_rdzv_plan plan;
@@ -51,32 +53,7 @@ static struct {
 	pid_t pid; /* the process that joined */
 } I = { .rank = -1, .size = -1 };
 
-/* The timeout from DISTRUN_TIMEOUT, or the default; err set if the
- * variable is malformed. */
-static int64_t env_timeout(dr_err *err)
-{
-	const char *s = getenv("DISTRUN_TIMEOUT");
-	const char *why;
-	int64_t ms;
 
-	*err = DR_OK;
-	if (!s || !*s)
-		return DEFAULT_TIMEOUT_MS;
-	if (dri_duration_parse(s, &ms, &why) || (!ms && (why = "must be "
-						       "positive"))) {
-		*err = dri_fail(DR_EENV, "DISTRUN_TIMEOUT: bad duration '%s': %s",
-				s, why);
-		return DEFAULT_TIMEOUT_MS;
-	}
-	return ms;
-}
-
-int64_t dri_timeout_ms(void)
-{
-	dr_err err;
-
-	return I.timeout_ms > 0 ? I.timeout_ms : env_timeout(&err);
-}
 
 int dr_is_initialized(void)
 {
@@ -97,6 +74,7 @@ dri_store *dri_world_store(void)
 {
 	return I.on ? I.kv.st : NULL;
 }
+
 
 /* This rank's address as the master sees it: the local end of the store
  * connection, which is on a route the other ranks can use too. */
@@ -199,7 +177,7 @@ static dr_err rendezvous(void)
 	int64_t n;
 	char **addrs = NULL;
 	dr_err err = DR_OK;
-	int64_t t = I.timeout_ms;
+	int64_t t = dri_timeout_ms();
 
 	/* Where the store is: rdzv_env.c's plan.  torchrun's agent serves
 	 * its own; otherwise rank 0 serves ours, at a port published in a
@@ -388,13 +366,9 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	if (backend && strcmp(backend, "tcp") && strcmp(backend, "gloo"))
 		return dri_fail(DR_EINVAL, "dr_init_process_group: backend '%s' "
 				"is not supported (use \"tcp\")", backend);
-	if (opts->timeout_ms > 0) {
-		I.timeout_ms = opts->timeout_ms;
-	} else {
-		I.timeout_ms = env_timeout(&err);
-		if (err)
-			return err;
-	}
+	err = dri_timeout_init(opts->timeout_ms);
+	if (err)
+		return err;
 	method = opts->init_method ? opts->init_method : "env://";
 	err = dri_shm_configure(opts->transport);
 	if (err)
@@ -435,7 +409,7 @@ fail:
 		dri_store_server_stop(I.srv);
 		I.srv = NULL;
 		I.rank = I.size = -1;
-		I.timeout_ms = 0;
+		dri_timeout_clear();
 		/* Under another launcher, say which one was read. */
 		if (*l && strcmp(l, "torchrun or distrun") && !strstr(msg, l))
 			return dri_fail(err, "%s [launcher: %s]", msg, l);
@@ -466,6 +440,6 @@ dr_err dr_destroy_process_group(void)
 	I.srv = NULL;
 	I.on = 0;
 	I.rank = I.size = -1;
-	I.timeout_ms = 0;
+	dri_timeout_clear();
 	return DR_OK;
 }

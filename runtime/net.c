@@ -26,7 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dri.h"
+#include "error.h"
 #include "net.h"
 
 int dri_net_reserve(void)

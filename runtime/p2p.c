@@ -16,6 +16,7 @@
 
 #include "coll.h"
 #include "ctl.h"
+#include "cuda_driver.h"
 
 /* Checks the arguments common to all four calls and fills the id. */
 static dr_err p2p_prepare(const char *call, const void *buf, size_t count,
@@ -29,15 +30,15 @@ static dr_err p2p_prepare(const char *call, const void *buf, size_t count,
 		return err;
 	if (g->rank < 0)
 		return dri_fail(DR_ENOTMEMBER, "%s: rank %d is not a member of "
-				"the group", call, dr_get_rank());
+				"the group", call, dri_world_rank());
 	if (!(any_ok && peer == DR_ANY_SOURCE)) {
-		if (peer == dr_get_rank())
+		if (peer == dri_world_rank())
 			return dri_fail(DR_EINVAL, "%s: rank %d cannot send "
 					"to itself", call, peer);
 		if (dri_group_index(g, peer) < 0)
 			return dri_fail(DR_EINVAL, "%s: rank %d is not in the "
 					"group (world size %d)", call, peer,
-					dr_get_world_size());
+					dri_world_size());
 	}
 	if (tag < 0)
 		return dri_fail(DR_EINVAL, "%s: tag %d is negative", call, tag);

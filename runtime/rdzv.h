@@ -19,7 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dri.h"
+#include "error.h"
+#include "store.h"
 
 /* ------------------------------------------------- torch's TCPStore */
 
@@ -67,7 +68,7 @@ extern const unsigned char dri_tcpstore_probe[9];
 
 /* ------------------------------------------------------- either store */
 
-typedef struct {
+typedef struct dri_kv {
 	dri_store *st;        /* distrun's own store (store.c), or */
 	dri_tcpstore *ts;     /* torch's, served by torchrun's agent */
 	int64_t timeout_ms;   /* for the torch client's replies */

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "rdzv.h"
 
 static char launcher_seen[64];

@@ -36,7 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dri.h"
+#include "error.h"
+#include "reduce.h"
 
 /* ------------------------------------------------------------- names */
 
@@ -229,8 +230,8 @@ HALF_KERNELS(f16, f16_to_f32, f32_to_f16)
 HALF_KERNELS(bf16, bf16_to_f32, f32_to_bf16)
 
 /* float16 on x86-64 CPUs with F16C: the hardware converts 8 values per
- * instruction, rounding to nearest even as the portable code does, about
- * 10x faster.  Picked at run time (the build targets baseline x86-64);
+ * instruction, rounding to nearest even as the portable code does, much
+ * faster than converting one at a time.  Picked at run time (the build targets baseline x86-64);
  * DISTRUN_NO_F16C=1 forces the portable path (the unit tests run both).
  * Results are the same bit for bit except for NaN payloads. */
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -38,7 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dri.h"
+#include "clock.h"
+#include "error.h"
 #include "rdzv.h"
 #include "seg.h"
 

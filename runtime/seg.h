@@ -32,6 +32,8 @@
 
 #include <stdint.h>
 
+#include "distrun.h"
+
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
 #define DRI_SEG_VERSION 1
 /* The environment variable that names the inherited segment's fd. */
@@ -155,7 +157,6 @@ static inline void dri_seg_layout(dri_seg_hdr *h, uint32_t n)
 	h->size = off;
 }
 
-#ifdef DRI_H
 /* --- runtime side (runtime/seg.c); cmd/ uses struct job's mapping. --- */
 
 /* The job's segment as this process mapped it at init, or NULL when it
@@ -174,16 +175,14 @@ const char *dri_seg_why(void);
  * DR_OK also when there is none or it is not valid (then dri_seg_get()
  * is NULL and dri_seg_why() says why). */
 dr_err dri_seg_attach(int rank);
-#ifdef DRI_RDZV_H
+struct dri_kv; /* rdzv.h */
 /* Without a segment from distrun, after dri_seg_attach: local rank 0
  * makes one for the local_size ranks of this host and publishes where it
  * is under a key of this host in kv; the others map it.  DR_OK also when
  * it cannot be had (dri_seg_why says why); an error only if the store
  * fails. */
-dr_err dri_seg_join(dri_kv *kv, int local_rank, int local_size,
+dr_err dri_seg_join(struct dri_kv *kv, int local_rank, int local_size,
 		    const uint8_t job[16], int64_t timeout_ms);
-#endif
-#endif
 
 
 #endif /* DRI_SEG_H */

@@ -39,9 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dri.h"
+#include "clock.h"
+#include "error.h"
 #include "seg.h"
 #include "shm.h"
+#include "timeout.h"
 
 /* The longest sleep between two looks at the peers' processes. */
 #define DEATH_CHECK_MS 20

@@ -17,7 +17,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "dri.h"
+#include "wire.h"
 
 /* Before the rendezvous: the transport asked for (the init option, else
  * DISTRUN_TRANSPORT: "auto", "shm" or "tcp"; NULL or "" = auto).  DR_EINVAL
@@ -76,16 +76,12 @@ void dri_shm_wake(void);
 int dri_shm_oversubscribed(void);
 
 /* The world barrier through the segment, for jobs whose ranks all share
- * it (transport.c's dri_transport_barrier): arrive publishes that this
+ * it (transport.h's dri_transport_barrier): arrive publishes that this
  * rank entered the barrier of sequence number seq and rings the peers;
  * missing gives a rank that has not yet (-1: none); in_barrier tells
  * whether peer is in that very barrier (a rank whose call of that seq is
  * another one has a mismatch). */
 #define DRI_SHM_BARRIER_MAX 16
-/* transport.c: runs the barrier of id (world group) that way and returns
- * 1 with *err set, or returns 0 if it does not apply (a subgroup, peers
- * over TCP, more than DRI_SHM_BARRIER_MAX ranks). */
-int dri_transport_barrier(const dri_msg_id *id, dr_err *err);
 void dri_shm_barrier_arrive(uint64_t seq);
 int dri_shm_barrier_missing(uint64_t seq);
 int dri_shm_in_barrier(int peer, uint64_t seq);

@@ -39,8 +39,12 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
+#include "clock.h"
+#include "error.h"
 #include "net.h"
+#include "store.h"
+#include "timeout.h"
+#include "wire.h"
 
 enum { CMD_SET = 1, CMD_GET = 2, CMD_ADD = 3 };
 enum { ST_OK = 0, ST_NOMEM = 1, ST_LIMIT = 2 };
@@ -96,18 +100,6 @@ struct dri_store {
 };
 
 /* ------------------------------------------------------------ helpers */
-
-static void le32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t rd32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
 
 /* Writes all of buf before deadline; 0, -1 error (errno), -2 timeout. */
 static int write_all(int fd, const void *buf, size_t len, int64_t deadline)
@@ -250,8 +242,8 @@ static int reply(dri_store_server *s, struct client *c, uint32_t seq,
 	need = c->out_len + 9 + len;
 	if (buf_reserve(s, &c->out, &c->out_cap, need) < 0)
 		return -1;
-	le32(c->out + c->out_len, (uint32_t)(len + 5));
-	le32(c->out + c->out_len + 4, seq);
+	dri_put32(c->out + c->out_len, (uint32_t)(len + 5));
+	dri_put32(c->out + c->out_len + 4, seq);
 	c->out[c->out_len + 8] = (unsigned char)status;
 	if (len)
 		memcpy(c->out + c->out_len + 9, val, len);
@@ -323,7 +315,7 @@ static int serve_request(dri_store_server *s, struct client *c,
 
 	if (len < 7)
 		return -1;
-	seq = rd32(req);
+	seq = dri_get32(req);
 	req += 4;
 	len -= 4;
 	klen = (size_t)req[1] | (size_t)req[2] << 8;
@@ -419,7 +411,7 @@ static int serve_frames(dri_store_server *s, struct client *c)
 	size_t off = 0;
 
 	while (c->in_len - off >= 4) {
-		uint32_t flen = rd32(c->in + off);
+		uint32_t flen = dri_get32(c->in + off);
 		if (flen > FRAME_MAX)
 			return -1;
 		if (c->in_len - off - 4 < flen)
@@ -443,7 +435,7 @@ static int client_read(dri_store_server *s, struct client *c)
 		 * half-sent giant frame costs only what was sent. */
 		size_t need = c->in_len + 4096;
 		if (c->in_len >= 4) {
-			uint32_t flen = rd32(c->in);
+			uint32_t flen = dri_get32(c->in);
 			if (flen > FRAME_MAX)
 				return -1;
 			if ((size_t)flen + 4 > need)
@@ -921,8 +913,8 @@ static dr_err roundtrip(dri_store *st, int cmd, const char *key,
 	f = malloc(4 + flen);
 	if (!f)
 		return dri_fail(DR_ENOMEM, "out of memory");
-	le32(f, (uint32_t)flen);
-	le32(f + 4, seq);
+	dri_put32(f, (uint32_t)flen);
+	dri_put32(f + 4, seq);
 	f[8] = (unsigned char)cmd;
 	f[9] = (unsigned char)klen;
 	f[10] = (unsigned char)(klen >> 8);
@@ -941,7 +933,7 @@ static dr_err roundtrip(dri_store *st, int cmd, const char *key,
 			return dri_fail(DR_ETIMEDOUT, "store: timed out after "
 					"%lld ms waiting for key '%s'",
 					(long long)timeout_ms, key);
-		n = rd32(h);
+		n = dri_get32(h);
 		if (rc < 0 || n < 5 || n - 5 > VALUE_MAX)
 			return dri_fail(DR_ECONN, "store: connection to rank 0 "
 					"lost waiting for key '%s' (has rank 0 "
@@ -955,7 +947,7 @@ static dr_err roundtrip(dri_store *st, int cmd, const char *key,
 			return dri_fail(rc == -2 ? DR_ETIMEDOUT : DR_ECONN,
 					"store: reply for key '%s' cut short", key);
 		}
-		if (rd32(h + 4) == seq)
+		if (dri_get32(h + 4) == seq)
 			break;
 		free(r); /* the late answer to a request that timed out */
 	}

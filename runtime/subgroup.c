@@ -173,14 +173,14 @@ out:
 int dr_group_rank(const dr_group *group)
 {
 	if (!group)
-		group = dr_is_initialized() ? dri_world() : NULL;
+		group = dri_world();
 	return group ? group->rank : -1;
 }
 
 int dr_group_size(const dr_group *group)
 {
 	if (!group)
-		group = dr_is_initialized() ? dri_world() : NULL;
+		group = dri_world();
 	return group ? group->size : -1;
 }
 

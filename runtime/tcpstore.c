@@ -45,7 +45,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "rdzv.h"
+#include "wire.h"
 
 #define VALIDATE_MAGIC 0x3C85F7CEu
 
@@ -68,20 +70,12 @@ static const unsigned char codes[3][5] = {
 
 /* ------------------------------------------------------------ framing */
 
+/* Appends v little-endian (torch's integers, as x86 and arm64 store
+ * them), returns the end. */
 static unsigned char *put_u64(unsigned char *p, uint64_t v)
 {
-	for (int i = 0; i < 8; i++)
-		*p++ = (unsigned char)(v >> (8 * i));
-	return p;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	dri_put64(p, v);
+	return p + 8;
 }
 
 static unsigned char *put_bytes(unsigned char *p, const void *s, size_t n)
@@ -272,7 +266,7 @@ static dr_err detect(dri_tcpstore *ts, const char *host, int port,
 	if (!rc) {
 		/* Four key counts; anything else is not a TCPStore talking. */
 		for (int i = 0; i < 4; i++)
-			if (get_u64(reply + 8 * i) >= (1ull << 40))
+			if (dri_get64(reply + 8 * i) >= (1ull << 40))
 				goto foreign;
 		ts->dialect = DRI_TCPSTORE_V2;
 		return DR_OK;
@@ -288,7 +282,7 @@ static dr_err detect(dri_tcpstore *ts, const char *host, int port,
 	rc = send_by(ts->fd, &v1, 1, deadline);
 	if (!rc)
 		rc = recv_by(ts->fd, reply, 8, deadline);
-	if (!rc && get_u64(reply) < (1ull << 40)) {
+	if (!rc && dri_get64(reply) < (1ull << 40)) {
 		ts->dialect = DRI_TCPSTORE_V1;
 		return DR_OK;
 	}
@@ -438,7 +432,7 @@ dr_err dri_tcpstore_get(dri_tcpstore *ts, const char *key, void **val,
 		err = answer(ts, key, b, 8, deadline, timeout_ms);
 	if (err)
 		return err;
-	n = get_u64(b);
+	n = dri_get64(b);
 	if (n > DRI_TCPSTORE_VALUE_MAX)
 		return dri_fail(DR_EPROTO, "torch TCPStore at %s: value of '%s' "
 				"announced as %llu bytes, over the %u limit",
@@ -469,7 +463,7 @@ dr_err dri_tcpstore_add(dri_tcpstore *ts, const char *key, int64_t delta,
 	if (!err)
 		err = answer(ts, key, b, 8, deadline, timeout_ms);
 	if (!err && out)
-		*out = (int64_t)get_u64(b);
+		*out = (int64_t)dri_get64(b);
 	return err;
 }
 

@@ -49,6 +49,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,11 +60,16 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
-#include "net.h"
+#include "clock.h"
 #include "ctl.h"
+#include "error.h"
+#include "net.h"
+#include "reduce.h"
 #include "seg.h"
 #include "shm.h"
+#include "timeout.h"
+#include "transport.h"
+#include "wire.h"
 
 #define PENDING_MAX 64   /* incoming connections not yet authenticated */
 #define RECONNECT_MAX 50 /* connections dropped before the handshake ended */
@@ -192,115 +198,6 @@ static struct {
 static void abort_locked(dr_err err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* ------------------------------------------------------------ wire */
-
-static void put16(unsigned char *p, uint16_t v)
-{
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint16_t get16(const unsigned char *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-void dri_wire_encode(const dri_wire_hdr *h, unsigned char out[DRI_WIRE_HDR])
-{
-	put32(out + 0, h->magic);
-	put16(out + 4, h->version);
-	put16(out + 6, h->kind);
-	put32(out + 8, h->id.group_id);
-	put32(out + 12, h->id.coll);
-	put64(out + 16, h->id.seq);
-	put64(out + 24, h->id.count);
-	put32(out + 32, (uint32_t)h->id.dtype);
-	put32(out + 36, (uint32_t)h->id.op);
-	put32(out + 40, (uint32_t)h->id.root);
-	put32(out + 44, (uint32_t)h->id.tag);
-	put64(out + 48, h->len);
-	put32(out + 56, (uint32_t)h->src);
-	put32(out + 60, (uint32_t)h->err);
-}
-
-dr_err dri_wire_decode(const unsigned char in[DRI_WIRE_HDR], dri_wire_hdr *h)
-{
-	h->magic = get32(in + 0);
-	h->version = get16(in + 4);
-	h->kind = get16(in + 6);
-	if (h->magic != DRI_WIRE_MAGIC)
-		return dri_fail(DR_EPROTO, "bad message magic 0x%08x (expected "
-				"0x%08x)", h->magic, DRI_WIRE_MAGIC);
-	if (h->version != DRI_WIRE_VERSION)
-		return dri_fail(DR_EPROTO, "peer speaks protocol version %u, "
-				"this rank %u", h->version, DRI_WIRE_VERSION);
-	if (h->kind > DRI_WIRE_ABORT)
-		return dri_fail(DR_EPROTO, "unknown message kind %u", h->kind);
-	h->id.group_id = get32(in + 8);
-	h->id.coll = get32(in + 12);
-	h->id.seq = get64(in + 16);
-	h->id.count = get64(in + 24);
-	h->id.dtype = (int32_t)get32(in + 32);
-	h->id.op = (int32_t)get32(in + 36);
-	h->id.root = (int32_t)get32(in + 40);
-	h->id.tag = (int32_t)get32(in + 44);
-	h->len = get64(in + 48);
-	h->src = (int32_t)get32(in + 56);
-	h->err = (int32_t)get32(in + 60);
-	return DR_OK;
-}
-
-void dri_msg_id_describe(const dri_msg_id *id, char *buf, size_t size)
-{
-	int n;
-
-	if (id->coll == DRI_BARRIER || id->coll == DRI_MONITORED_BARRIER) {
-		snprintf(buf, size, "%s", dri_coll_name(id->coll));
-		return;
-	}
-	n = snprintf(buf, size, "%s(count=%llu", dri_coll_name(id->coll),
-		     (unsigned long long)id->count);
-	if (id->dtype >= 0 && n >= 0 && (size_t)n < size)
-		n += snprintf(buf + n, size - n, ", %s",
-			      dr_dtype_name((dr_dtype)id->dtype));
-	if (id->op >= 0 && n >= 0 && (size_t)n < size)
-		n += snprintf(buf + n, size - n, ", %s",
-			      dr_op_name((dr_op)id->op));
-	if (id->root >= 0 && n >= 0 && (size_t)n < size)
-		n += snprintf(buf + n, size - n, ", root=%d", id->root);
-	if (id->coll == DRI_P2P && n >= 0 && (size_t)n < size)
-		n += snprintf(buf + n, size - n, ", tag=%d", id->tag);
-	if (n >= 0 && (size_t)n < size)
-		snprintf(buf + n, size - n, ")");
-}
 
 /* ---------------------------------------------------------- sockets */
 
@@ -374,10 +271,8 @@ dr_err dri_transport_listen(const char *host, int rank, int world_size,
 	 * more than the message, so a wait polls for a while first.  The
 	 * spin yields the core between polls, so a peer that shares the core
 	 * (ranks outnumber cores, or the machine is busy) runs at once: a
-	 * busy spin without the yield made a 2-rank barrier 5x slower on a
-	 * loaded machine (MPICH's: 8 ms with 4 ranks on 2 cores); with it,
-	 * 100 us made the 4-rank barrier on 2 cores 1.5x faster than
-	 * blocking at once (65 against 100 us), the 2-rank one 2-4x. */
+	 * busy spin without the yield keeps that peer off the core until the
+	 * spin ends (distrun.3, DISTRUN_SPIN_US, gives the measurements). */
 	spin = getenv("DISTRUN_SPIN_US");
 	if (spin && *spin)
 		tp.spin_us = tp.flow_us = atoll(spin);
@@ -621,13 +516,6 @@ static int id_key_match(const dri_msg_id *want, const dri_msg_id *got)
 	return want->coll != DRI_P2P || want->tag == got->tag;
 }
 
-static int id_equal(const dri_msg_id *a, const dri_msg_id *b)
-{
-	return a->group_id == b->group_id && a->coll == b->coll &&
-	       a->seq == b->seq && a->count == b->count &&
-	       a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-	       a->tag == b->tag;
-}
 
 /* Whether a message with id, arriving for the monitored barrier's
  * receive r, shows that its sender moved on to a later call of the group:
@@ -645,43 +533,13 @@ static int moved_on(const dri_req *r, const dri_msg_id *id)
 static int cancelled_take(int i, const dri_msg_id *id)
 {
 	for (int k = 0; k < tp.ncancelled; k++)
-		if (tp.cancelled[k].peer == i && id_equal(&tp.cancelled[k].id, id)) {
+		if (tp.cancelled[k].peer == i && dri_msg_id_equal(&tp.cancelled[k].id, id)) {
 			tp.cancelled[k].peer = -1;
 			return 1;
 		}
 	return 0;
 }
 
-int dri_msg_mismatch(const dri_msg_id *want, size_t want_len,
-		     const dri_msg_id *got, uint64_t len, int src, int me,
-		     char *why, size_t n)
-{
-	char mine[256], theirs[256];
-
-	if (id_equal(want, got) && len == want_len)
-		return 0;
-	dri_msg_id_describe(got, theirs, sizeof(theirs));
-	dri_msg_id_describe(want, mine, sizeof(mine));
-	if (got->coll == DRI_P2P && want->coll == DRI_P2P)
-		snprintf(why, n, "rank %d sent %s but rank %d posted recv %s",
-			 src, theirs, me, mine);
-	else if (!id_equal(want, got) && got->seq != want->seq)
-		snprintf(why, n, "rank %d called %s but rank %d called %s "
-			 "(seq %llu vs %llu%s)", src, theirs, me, mine,
-			 (unsigned long long)got->seq,
-			 (unsigned long long)want->seq,
-			 got->group_id ? ", subgroup" : "");
-	else if (!id_equal(want, got))
-		snprintf(why, n, "rank %d called %s but rank %d called %s "
-			 "(seq %llu)", src, theirs, me, mine,
-			 (unsigned long long)want->seq);
-	else
-		snprintf(why, n, "rank %d sent %llu bytes in %s but rank %d "
-			 "expected %zu bytes (seq %llu)", src,
-			 (unsigned long long)len, theirs, me, want_len,
-			 (unsigned long long)want->seq);
-	return 1;
-}
 
 /* Checks a message from src against the receive r; aborts on mismatch. */
 static int check_match(const dri_req *r, int src, const dri_msg_id *id,
@@ -1832,8 +1690,8 @@ static void cpu_relax(void)
  * CPUs it may use) yields between looks, so the peer it waits for can
  * run; otherwise it pauses, and yields every 16th look: on a loaded
  * machine two ranks often share a core whatever their number, and a spin
- * that never yields kept the peer off it until the sleep (a 2-rank
- * barrier took 205 us, against 4.9 us yielding, here under load).  The sleep is on this rank's doorbell
+ * that never yields keeps the peer off it until the sleep (README's
+ * Benchmarks give the figures).  The sleep is on this rank's doorbell
  * futex, or, with TCP peers too, in poll() for at most a millisecond (a
  * ring write does not wake poll). */
 /* Reads and writes the rings that changed; returns whether any had. */
@@ -2062,9 +1920,24 @@ static void check_stale_locked(const dri_msg_id *id, int64_t waited_ms)
 	}
 }
 
+/* The deadline of a wait inside the call id names, and the timeout it
+ * came from: the call's, or for an id without one (p2p) the job's
+ * timeout from now. */
+static void call_deadline(const dri_msg_id *id, int64_t *deadline,
+			  int64_t *timeout_ms)
+{
+	if (id->deadline) {
+		*deadline = id->deadline;
+		*timeout_ms = id->timeout_ms;
+	} else {
+		*timeout_ms = dri_timeout_ms();
+		*deadline = dri_deadline(*timeout_ms);
+	}
+}
+
 int dri_transport_barrier(const dri_msg_id *id, dr_err *err)
 {
-	int64_t timeout_ms = dri_op_timeout_ms(), deadline, t0;
+	int64_t timeout_ms, deadline, t0;
 	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
 	int shown = -1;
 
@@ -2075,7 +1948,7 @@ int dri_transport_barrier(const dri_msg_id *id, dr_err *err)
 		return 0;
 	}
 	t0 = dri_now_ms();
-	deadline = t0 + timeout_ms;
+	call_deadline(id, &deadline, &timeout_ms);
 	if (!tp.abort_err)
 		dri_shm_barrier_arrive(id->seq);
 	while (!tp.abort_err) {
@@ -2111,13 +1984,25 @@ int dri_transport_barrier(const dri_msg_id *id, dr_err *err)
 	return 1;
 }
 
-static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
+/* deadline 0: the earliest of the requests' calls' (call_deadline); else
+ * this one, made from timeout_ms (the monitored barrier's, not fatal). */
+static dr_err wait_reqs(dri_req *reqs, int n, int64_t deadline,
+			int64_t timeout_ms, int fatal)
 {
-	int64_t deadline = dri_now_ms() + timeout_ms;
 	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
 	dr_err err = DR_OK;
 	int i = 0, shown = -1;
 
+	if (!deadline)
+		for (int k = 0; k < n; k++) {
+			int64_t d, t;
+
+			call_deadline(&reqs[k].id, &d, &t);
+			if (!deadline || d < deadline) {
+				deadline = d;
+				timeout_ms = t;
+			}
+		}
 	pthread_mutex_lock(&tp.mu);
 	for (;;) {
 		while (i < n && __atomic_load_n(&reqs[i].complete, __ATOMIC_ACQUIRE))
@@ -2176,12 +2061,12 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t timeout_ms, int fatal)
 
 dr_err dri_waitall(dri_req *reqs, int n)
 {
-	return wait_reqs(reqs, n, dri_op_timeout_ms(), 1);
+	return wait_reqs(reqs, n, 0, 0, 1);
 }
 
 dr_err dri_waitall_timeout(dri_req *reqs, int n, int64_t timeout_ms)
 {
-	return wait_reqs(reqs, n, timeout_ms, 0);
+	return wait_reqs(reqs, n, dri_deadline(timeout_ms), timeout_ms, 0);
 }
 
 dr_err dri_send(const dri_msg_id *id, int peer, const void *buf, size_t len)

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dri.h"
+#include "ctl.h"
 #include "ctl.h"
 
 static double now_s(void)

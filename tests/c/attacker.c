@@ -30,7 +30,8 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
+#include "store.h"
+#include "wire.h"
 #include "net.h"
 #include "rdzv.h"
 

@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dri.h" /* stranger: the store, to find a rank's address */
+#include "store.h" /* stranger: the store, to find a rank's address */
 
 static int rank, size;
 

@@ -34,7 +34,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dri.h"
+#include "store.h"
 
 static int rank, size;
 

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dri.h"
+#include "seg.h"
 #include "seg.h"
 
 static int rank, size;

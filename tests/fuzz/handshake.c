@@ -13,7 +13,7 @@
  * the server the client's world size); when it fails it leaves a message.
  */
 #include "auth.h"
-#include "dri.h"
+#include "error.h"
 #include "fuzz.h"
 
 static void xor_mask(unsigned char *msg, size_t n, const uint8_t **data,

@@ -14,7 +14,7 @@
  * the server drops a client exactly when the model says the frame was
  * bad, and that each client's reply bytes are exactly the model's.
  */
-#include "dri.h"
+#include "store.h"
 #include "fuzz.h"
 
 #define CLIENTS 4

@@ -14,7 +14,7 @@
  * message that names the sender; describing any identity, into any
  * buffer size, stays inside the buffer and is NUL-terminated.
  */
-#include "dri.h"
+#include "wire.h"
 #include "fuzz.h"
 
 static void describe_all_sizes(const dri_msg_id *id)

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
+#include "error.h"
 #include "runner.h"
 
 static void hex(const uint8_t *b, size_t n, char *out)

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "dri.h"
+#include "ctl.h"
 #include "ctl.h"
 #include "runner.h"
 

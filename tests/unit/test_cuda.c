@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#include "dri.h"
+#include "cuda_driver.h"
+#include "cuda_stage.h"
 #include "runner.h"
 
 /* The toolkit's stub driver: it exports every driver function, and its

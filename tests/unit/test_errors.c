@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "dri.h"
+#include "error.h"
 #include "runner.h"
 
 static int test_every_code_has_a_name_and_message(void)

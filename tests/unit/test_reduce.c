@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dri.h"
+#include "reduce.h"
 #include "runner.h"
 
 #define N_RANDOM 20000

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "dri.h"
+#include "store.h"
 #include "runner.h"
 
 static dri_store_server *srv;

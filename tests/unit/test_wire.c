@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "dri.h"
+#include "wire.h"
 #include "runner.h"
 
 static dri_wire_hdr sample(void)
@@ -98,7 +98,7 @@ static int test_unknown_kind_is_refused(void)
 
 static int test_describe_names_the_call(void)
 {
-	dri_msg_id id = { 0, DRI_ALL_REDUCE, 3, 4, DR_FLOAT32, DR_SUM, -1, 0 };
+	dri_msg_id id = { 0, DRI_ALL_REDUCE, 3, 4, DR_FLOAT32, DR_SUM, -1, 0, 0, 0 };
 	char s[128];
 
 	dri_msg_id_describe(&id, s, sizeof(s));
@@ -106,10 +106,10 @@ static int test_describe_names_the_call(void)
 	id.coll = DRI_BARRIER;
 	dri_msg_id_describe(&id, s, sizeof(s));
 	CHECKF(!strcmp(s, "barrier"), "%s", s);
-	id = (dri_msg_id){ 0, DRI_BROADCAST, 1, 8, DR_INT8, -1, 2, 0 };
+	id = (dri_msg_id){ 0, DRI_BROADCAST, 1, 8, DR_INT8, -1, 2, 0, 0, 0 };
 	dri_msg_id_describe(&id, s, sizeof(s));
 	CHECKF(!strcmp(s, "broadcast(count=8, int8, root=2)"), "%s", s);
-	id = (dri_msg_id){ 0, DRI_P2P, 0, 1, DR_INT64, -1, -1, 5 };
+	id = (dri_msg_id){ 0, DRI_P2P, 0, 1, DR_INT64, -1, -1, 5, 0, 0 };
 	dri_msg_id_describe(&id, s, sizeof(s));
 	CHECKF(!strcmp(s, "send/recv(count=1, int64, tag=5)"), "%s", s);
 	/* a short buffer is cut, never overrun */

@@ -1,0 +1,89 @@
+/*
+ * transport.h - messages between ranks (transport.c): post sends and
+ * receives, progress them, abort, learn of a peer's death.  A request
+ * names its call (dri_msg_id) and carries the call's deadline; the
+ * transport knows nothing of groups or collectives.  TCP between hosts,
+ * shared memory (shm.h) between ranks of one host, behind the same calls.
+ *
+ * Layer 3: above the wire format, the rendezvous (it learns its peers'
+ * addresses from the caller) and the segment.
+ */
+#ifndef DRI_TRANSPORT_H
+#define DRI_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+/* A posted send or receive.  Lives in the caller's memory (stack is fine)
+ * until dri_waitall returns. */
+typedef struct dri_req {
+	struct dri_req *next;   /* transport's queues */
+	dri_msg_id id;
+	int peer;               /* world rank; DR_ANY_SOURCE for receives */
+	int is_send;
+	void *buf;
+	size_t len, done;       /* bytes */
+	int source;             /* receives: who sent it */
+	volatile int complete;
+	dr_err status;
+	void *priv;             /* transport's */
+} dri_req;
+
+/* Post a send of len bytes of buf to world rank peer.  Never blocks: the
+ * data goes out as the transport progresses (in dri_waitall or on the
+ * progress thread).  buf must stay valid until the request completes. */
+dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
+		 const void *buf, size_t len);
+/* Post a receive of exactly len bytes from world rank peer (or
+ * DR_ANY_SOURCE for p2p) into buf.  Messages from one peer are matched in
+ * order for collectives, in order per (group, tag) for p2p. */
+dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
+		 size_t len);
+/* Progress until every request has completed; returns the first error
+ * (DR_EMISMATCH, DR_EPEER, DR_ETIMEDOUT ...).  On error the requests not
+ * yet complete are cancelled.  The deadline is the earliest of the
+ * requests' ids' (wire.h: the call's), a timeout aborts the group. */
+dr_err dri_waitall(dri_req *reqs, int n);
+/* As dri_waitall with its own timeout, and a timeout is not fatal: the
+ * requests not complete by then are cancelled (complete stays 0, status
+ * DR_ETIMEDOUT) and the group goes on (monitored_barrier).  Other errors
+ * abort the group as in dri_waitall. */
+dr_err dri_waitall_timeout(dri_req *reqs, int n, int64_t timeout_ms);
+/* Conveniences over isend/irecv/waitall. */
+dr_err dri_send(const dri_msg_id *id, int peer, const void *buf, size_t len);
+dr_err dri_recv(const dri_msg_id *id, int peer, void *buf, size_t len);
+dr_err dri_sendrecv(const dri_msg_id *id, int to, const void *sbuf, size_t slen,
+		    int from, void *rbuf, size_t rlen);
+
+/* Starts the transport: listens on host (a numeric address, the one the
+ * peers will be told), an ephemeral port.  *port receives it. */
+dr_err dri_transport_listen(const char *host, int rank, int world_size,
+			    int *port);
+/* Gives the transport every rank's address ("host:port", from the store)
+ * and the job's transport key (auth.h), which every connection proves
+ * both ways.  Connections are made lazily. */
+dr_err dri_transport_start(char **addrs, const uint8_t key[32]);
+/* Sends a goodbye on every connection (peers then know this rank left on
+ * purpose), closes everything.  Safe after an abort, and after a listen
+ * that was never started. */
+void dri_transport_stop(void);
+/* Fails every pending and later request with err and msg, tells every
+ * connected peer, and closes the connections. */
+void dri_transport_abort(dr_err err, const char *msg);
+/* DR_OK, or the error the transport was aborted with (message set). */
+dr_err dri_transport_check(void);
+/* Progresses every posted request for up to timeout_ms (used by the
+ * progress thread while asynchronous point-to-point requests are out). */
+void dri_transport_progress(int64_t timeout_ms);
+/* Wakes a thread blocked in the transport's poll (dri_transport_progress,
+ * dri_waitall). */
+void dri_transport_wake(void);
+
+/* Runs the barrier of id (world group) through the shared-memory flags
+ * and returns 1 with *err set, or returns 0 if it does not apply (a
+ * subgroup, peers over TCP, more than DRI_SHM_BARRIER_MAX ranks). */
+int dri_transport_barrier(const dri_msg_id *id, dr_err *err);
+
+#endif
