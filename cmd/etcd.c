@@ -9,6 +9,7 @@
  * that holds events, or until the time limit, then drop the connection.
  */
 #include <curl/curl.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -62,36 +63,44 @@ static char *b64_encode(const char *s)
 	return out;
 }
 
-/* Decodes base64 into a NUL-terminated string; NULL on bad input. */
+/* Decodes base64 (RFC 4648, padded, canonical: what etcd writes) into a
+ * NUL-terminated string; NULL on anything else, or on bytes with a NUL. */
 static char *b64_decode(const char *s)
 {
-	size_t n = strlen(s), o = 0;
+	size_t n = strlen(s), o = 0, pad = 0;
 	char *out;
 	uint32_t v = 0;
-	int bits = 0;
 
 	if (n % 4)
 		return NULL;
+	while (pad < 2 && pad < n && s[n - 1 - pad] == '=')
+		pad++;
 	out = malloc(n / 4 * 3 + 1);
 	if (!out)
 		return NULL;
-	for (size_t i = 0; i < n; i++) {
-		const char *p;
+	for (size_t i = 0; i < n - pad; i++) {
+		const char *p = strchr(b64, s[i]);
 
-		if (s[i] == '=') {
-			if (i < n - 2)
-				goto bad;
-			break;
-		}
-		p = strchr(b64, s[i]);
-		if (!p || !s[i])
+		if (!p)
 			goto bad;
 		v = v << 6 | (uint32_t)(p - b64);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[o++] = (char)(v >> bits & 0xff);
+		if (i % 4 == 3) {
+			out[o++] = (char)(v >> 16);
+			out[o++] = (char)(v >> 8);
+			out[o++] = (char)v;
+			v = 0;
 		}
+	}
+	/* The last group: 2 or 3 characters, the bits past the bytes zero. */
+	if (pad == 2) {
+		if (v & 0xf)
+			goto bad;
+		out[o++] = (char)(v >> 4);
+	} else if (pad == 1) {
+		if (v & 0x3)
+			goto bad;
+		out[o++] = (char)(v >> 10);
+		out[o++] = (char)(v >> 2);
 	}
 	out[o] = 0;
 	if (memchr(out, 0, o))
@@ -152,6 +161,36 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
 }
 
 static json_t *post(struct etcd *e, const char *path, json_t *body);
+
+static const struct etcd_fake *fake;
+
+void etcd_set_fake(const struct etcd_fake *f)
+{
+	fake = f;
+}
+
+/* The fake's answer to one request, delivered as curl_easy_perform
+ * delivers a reply: a reader that takes less than a piece stops it. */
+static CURLcode fake_perform(const char *path, const char *req, long *code,
+			     struct reply *r)
+{
+	const char *body;
+	size_t len, off = 0;
+
+	if (fake->answer(fake->arg, path, req, code, &body, &len))
+		return CURLE_COULDNT_CONNECT;
+	while (off < len) {
+		size_t k = len - off;
+
+		if (fake->chunk && k > fake->chunk)
+			k = fake->chunk;
+
+		if (on_data((char *)body + off, 1, k, r) != k)
+			return CURLE_WRITE_ERROR;
+		off += k;
+	}
+	return CURLE_OK;
+}
 
 /* etcd's own authentication: "name:password" gives a token that every
  * later call carries. */
@@ -271,9 +310,13 @@ static json_t *call(struct etcd *e, const char *path, json_t *body,
 	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 	curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(timeout_ms < CALL_MS ? timeout_ms : CALL_MS));
-	rc = curl_easy_perform(e->curl);
+	if (fake) {
+		rc = fake_perform(path, s, &code, r);
+	} else {
+		rc = curl_easy_perform(e->curl);
+		curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &code);
+	}
 	free(s);
-	curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &code);
 	/* A watch ends with events, at its time limit, or when the server
 	 * closes the stream: the caller reads the key again in every case,
 	 * and a server that is gone fails that read with its reason. */
@@ -291,7 +334,8 @@ static json_t *call(struct etcd *e, const char *path, json_t *body,
 		if (!msg)
 			msg = json_string_value(json_object_get(j, "message"));
 		seterr(e, "etcd at %s answered %ld%s%s", e->base, code,
-		       msg ? ": " : "", msg ? msg : "");
+		       msg ? ": " : "", msg ? msg : code == 200 ?
+		       " with something that is not a JSON object" : "");
 		json_decref(j);
 		return NULL;
 	}
@@ -307,16 +351,28 @@ static json_t *post(struct etcd *e, const char *path, json_t *body)
 	return j;
 }
 
-/* etcd's 64-bit numbers: JSON strings (or absent for 0). */
-static int64_t num(json_t *o, const char *k)
+/* etcd's 64-bit numbers (revisions, lease ids, TTLs): decimal JSON
+ * strings, or absent for 0 (proto3 leaves zeros out).  0 with *out, or -1
+ * for anything else: a revision that is not a number is not guessed. */
+static int num(json_t *o, const char *k, int64_t *out)
 {
 	json_t *v = json_object_get(o, k);
+	const char *s;
+	char *end;
 
-	if (json_is_string(v))
-		return strtoll(json_string_value(v), NULL, 10);
-	if (json_is_integer(v))
-		return json_integer_value(v);
-	return 0;
+	*out = 0;
+	if (!v)
+		return 0;
+	if (json_is_integer(v)) {
+		*out = json_integer_value(v);
+		return *out >= 0 ? 0 : -1;
+	}
+	s = json_string_value(v);
+	if (!s || !*s || strspn(s, "0123456789") != strlen(s))
+		return -1;
+	errno = 0;
+	*out = strtoll(s, &end, 10);
+	return errno ? -1 : 0;
 }
 
 static json_t *key_json(const char *key)
@@ -332,6 +388,7 @@ int etcd_get(struct etcd *e, const char *key, char **val, int64_t *mod_rev,
 	     int64_t *rev)
 {
 	json_t *req = key_json(key), *j, *kvs, *kv;
+	int64_t r;
 	int found = 0;
 
 	*val = NULL;
@@ -340,19 +397,29 @@ int etcd_get(struct etcd *e, const char *key, char **val, int64_t *mod_rev,
 	j = post(e, "/v3/kv/range", req);
 	if (!j)
 		return -1;
-	if (rev)
-		*rev = num(json_object_get(j, "header"), "revision");
 	kvs = json_object_get(j, "kvs");
 	kv = json_array_get(kvs, 0);
+	if (num(json_object_get(j, "header"), "revision", &r) ||
+	    (kvs && !json_is_array(kvs)) || (kv && !json_is_object(kv))) {
+		json_decref(j);
+		return seterr(e, "etcd at %s: a bad answer to reading key %s",
+			      e->base, key);
+	}
+	if (rev)
+		*rev = r;
 	if (kv) {
-		const char *v = json_string_value(json_object_get(kv, "value"));
+		json_t *jv = json_object_get(kv, "value");
+		const char *v = json_string_value(jv);
 
-		*val = b64_decode(v ? v : "");
-		if (!*val) {
+		/* An empty value is left out; a key that exists was written
+		 * at some revision. */
+		*val = jv && !v ? NULL : b64_decode(v ? v : "");
+		if (!*val || num(kv, "mod_revision", mod_rev) || *mod_rev < 1) {
+			free(*val);
+			*val = NULL;
 			json_decref(j);
 			return seterr(e, "etcd: key %s holds a bad value", key);
 		}
-		*mod_rev = num(kv, "mod_revision");
 		found = 1;
 	}
 	json_decref(j);
@@ -428,7 +495,8 @@ int64_t etcd_lease_grant(struct etcd *e, int ttl)
 
 	if (!j)
 		return -1;
-	id = num(j, "ID");
+	if (num(j, "ID", &id))
+		id = 0;
 	json_decref(j);
 	return id > 0 ? id : seterr(e, "etcd granted no lease");
 }
@@ -443,7 +511,11 @@ int etcd_lease_keepalive(struct etcd *e, int64_t id)
 	j = post(e, "/v3/lease/keepalive", json_pack("{s:s}", "ID", s));
 	if (!j)
 		return -1;
-	ttl = num(json_object_get(j, "result"), "TTL");
+	if (num(json_object_get(j, "result"), "TTL", &ttl)) {
+		json_decref(j);
+		return seterr(e, "etcd at %s: a bad answer to renewing lease "
+			      "%s", e->base, s);
+	}
 	json_decref(j);
 	return ttl > 0;
 }

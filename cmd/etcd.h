@@ -53,4 +53,19 @@ int etcd_lease_revoke(struct etcd *e, int64_t id);
 int etcd_watch(struct etcd *e, const char *key, int64_t after_rev,
 	       int timeout_ms);
 
+/* The fuzz harness's way in (tests/fuzz/etcd.c): while a fake is set,
+ * every call's HTTP exchange is answered by answer() instead of the
+ * network.  It gets the call's path ("/v3/kv/range") and request JSON and
+ * returns 0 with the reply's HTTP status and body (delivered to the
+ * reply's reader in pieces of at most chunk bytes, as libcurl would), or
+ * -1 for a connection that failed.  Not for production use: one fake for
+ * the whole process, set before any call. */
+struct etcd_fake {
+	int (*answer)(void *arg, const char *path, const char *request,
+		      long *status, const char **body, size_t *len);
+	void *arg;
+	size_t chunk;
+};
+void etcd_set_fake(const struct etcd_fake *fake);
+
 #endif

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -172,11 +173,25 @@ static const char *jstr(json_t *o, const char *k)
 	return s ? s : "";
 }
 
+/* An int member, or dflt when it is absent, not an integer or out of
+ * int's range (never its low 32 bits). */
 static int jint(json_t *o, const char *k, int dflt)
 {
 	json_t *v = json_object_get(o, k);
 
-	return json_is_integer(v) ? (int)json_integer_value(v) : dflt;
+	if (!json_is_integer(v) || json_integer_value(v) < INT_MIN ||
+	    json_integer_value(v) > INT_MAX)
+		return dflt;
+	return (int)json_integer_value(v);
+}
+
+/* A status as a frame carries it: what distrun exits with, 0..255; -1
+ * when the frame's is not one (a failure's 256 must not exit 0). */
+static int jstatus(json_t *o)
+{
+	int st = jint(o, "status", -1);
+
+	return st >= 0 && st <= 255 ? st : -1;
 }
 
 static void hex(const uint8_t *p, size_t n, char *out)
@@ -187,15 +202,13 @@ static void hex(const uint8_t *p, size_t n, char *out)
 
 static int unhex(const char *s, uint8_t *out, size_t n)
 {
-	if (strlen(s) != 2 * n)
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		unsigned v;
+	static const char digits[] = "0123456789abcdef";
 
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
+	if (strlen(s) != 2 * n || strspn(s, digits) != 2 * n)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		out[i] = (uint8_t)((strchr(digits, s[2 * i]) - digits) << 4 |
+				   (strchr(digits, s[2 * i + 1]) - digits));
 	return 0;
 }
 
@@ -327,6 +340,19 @@ static void derive_secret(const uint8_t key[DRI_KEY_LEN], const uint8_t
 
 /* ---------------------------------------------------------- the hub */
 
+int nodes_read_join(int fd, int node, double deadline, int *nproc)
+{
+	json_t *j = recv_frame(fd, deadline);
+	int rc = -1;
+
+	*nproc = j ? jint(j, "nproc", 0) : 0;
+	if (j && jint(j, "node", -1) == node && *nproc >= 1 &&
+	    *nproc <= NODES_NPROC_MAX && !strcmp(jstr(j, "t"), "join"))
+		rc = 0;
+	json_decref(j);
+	return rc;
+}
+
 static void conn_close(struct conn *c)
 {
 	if (c->fd >= 0)
@@ -342,17 +368,12 @@ static int pending_step(struct nodes *nd, struct conn *c, double join_dl)
 	ssize_t k;
 
 	if (c->state == C_JOIN) {
-		json_t *j = recv_frame(c->fd, join_dl);
-		int node = j ? jint(j, "node", -1) : -1;
-		int nproc = j ? jint(j, "nproc", 0) : 0;
+		int node = c->node, nproc;
 
-		if (!j || node != c->node || nproc < 1 || nproc > 4096 ||
-		    strcmp(jstr(j, "t"), "join")) {
-			json_decref(j);
+		if (nodes_read_join(c->fd, node, join_dl, &nproc)) {
 			conn_close(c);
 			return 0;
 		}
-		json_decref(j);
 		if (nd->node[node].fd >= 0) {
 			send_frame(c->fd, json_pack("{s:s,s:s}", "t", "error",
 				   "error", "that node rank has joined already"));
@@ -522,8 +543,6 @@ static int spoke_join(struct nodes *nd, const struct node_plan *p,
 	double dl = mono() + p->timeout;
 	unsigned char chal[DRI_HS_CHAL], proof[DRI_HS_PROOF];
 	dri_hs hs;
-	uint8_t nonce[16];
-	json_t *j;
 	int fd = -1, srv, err = 0;
 
 	while (mono() < dl) {
@@ -562,7 +581,16 @@ static int spoke_join(struct nodes *nd, const struct node_plan *p,
 		fprintf(stderr, "distrun: lost node 0 while joining\n");
 		return -1;
 	}
-	j = recv_frame(fd, dl);
+	return nodes_read_start(nd, p->nproc, dl, st);
+}
+
+int nodes_read_start(struct nodes *nd, int nproc, double deadline,
+		     struct node_start *st)
+{
+	json_t *j = recv_frame(nd->hub_fd, deadline);
+	uint8_t nonce[16];
+	const char *run_id;
+
 	if (!j || strcmp(jstr(j, "t"), "start")) {
 		fprintf(stderr, "distrun: node 0 %s\n", !j ? "did not start the "
 			"job in time" : !strcmp(jstr(j, "t"), "error") ?
@@ -573,43 +601,72 @@ static int spoke_join(struct nodes *nd, const struct node_plan *p,
 	st->world_size = jint(j, "world", -1);
 	st->rank_offset = jint(j, "offset", -1);
 	st->master_port = jint(j, "master_port", -1);
-	snprintf(st->run_id, sizeof(st->run_id), "%s", jstr(j, "run_id"));
+	run_id = jstr(j, "run_id");
 	if (st->world_size < 1 || st->rank_offset < 0 ||
-	    st->rank_offset + p->nproc > st->world_size ||
+	    st->rank_offset > st->world_size - nproc ||
 	    st->master_port < 1 || st->master_port > 65535 ||
+	    strlen(run_id) >= sizeof(st->run_id) ||
 	    unhex(jstr(j, "nonce"), nonce, sizeof(nonce))) {
 		fprintf(stderr, "distrun: node 0 sent a bad start message\n");
 		json_decref(j);
 		return -1;
 	}
+	snprintf(st->run_id, sizeof(st->run_id), "%s", run_id);
 	json_decref(j);
 	derive_secret(nd->key, nonce, st->secret_hex);
 	return 0;
 }
 
+/* A node with no connection yet; NULL when out of memory. */
+static struct nodes *nodes_new(int nnodes, int node_rank)
+{
+	struct nodes *nd = calloc(1, sizeof(*nd));
+
+	if (!nd)
+		return NULL;
+	nd->hub = node_rank == 0;
+	nd->nnodes = nnodes;
+	nd->node_rank = node_rank;
+	nd->hub_fd = -1;
+	nd->fail_rank = -1;
+	if (nd->hub) {
+		nd->node = calloc((size_t)nnodes, sizeof(*nd->node));
+		nd->nproc = calloc((size_t)nnodes, sizeof(*nd->nproc));
+		if (!nd->node || !nd->nproc) {
+			nodes_release(nd);
+			return NULL;
+		}
+		for (int k = 0; k < nnodes; k++)
+			nd->node[k] = (struct conn){ .fd = -1,
+						     .state = C_CLOSED };
+	}
+	return nd;
+}
+
+struct nodes *nodes_attach(int nnodes, int node_rank, const int *fds)
+{
+	struct nodes *nd = nodes_new(nnodes, node_rank);
+
+	if (!nd)
+		return NULL;
+	if (!nd->hub)
+		nd->hub_fd = fds[0];
+	for (int k = 1; nd->hub && k < nnodes; k++) {
+		nd->node[k].fd = fds[k];
+		nd->node[k].state = C_UP;
+	}
+	return nd;
+}
+
 int nodes_join(struct nodes **out, const struct node_plan *p,
 	       struct node_start *st)
 {
-	struct nodes *nd = calloc(1, sizeof(*nd));
+	struct nodes *nd = nodes_new(p->nnodes, p->node_rank);
 
 	*out = NULL;
 	memset(st, 0, sizeof(*st));
 	if (!nd)
 		goto oom;
-	nd->hub = p->node_rank == 0;
-	nd->nnodes = p->nnodes;
-	nd->node_rank = p->node_rank;
-	nd->hub_fd = -1;
-	nd->fail_rank = -1;
-	if (nd->hub) {
-		nd->node = calloc((size_t)p->nnodes, sizeof(*nd->node));
-		nd->nproc = calloc((size_t)p->nnodes, sizeof(*nd->nproc));
-		if (!nd->node || !nd->nproc)
-			goto oom;
-		for (int k = 0; k < p->nnodes; k++)
-			nd->node[k] = (struct conn){ .fd = -1,
-						     .state = C_CLOSED };
-	}
 	st->nnodes = p->nnodes;
 	st->node_rank = p->node_rank;
 	if (key_for(p, nd->key, st->run_id, sizeof(st->run_id)))
@@ -685,14 +742,15 @@ static void hub_read(struct nodes *nd, int k, struct node_event *ev)
 	json_t *j = recv_frame(c->fd, mono() + FRAME_MS / 1000.0);
 	const char *t = j ? jstr(j, "t") : "";
 
-	if (!strcmp(t, "fail")) {
+	/* A frame that breaks the protocol counts as the node lost. */
+	if (!strcmp(t, "fail") && jstatus(j) >= 0) {
 		if (record_failure(nd, k, jint(j, "rank", -1),
-				   jint(j, "status", 1), jstr(j, "desc"))) {
+				   jstatus(j), jstr(j, "desc"))) {
 			hub_broadcast_stop(nd, k);
 			event_from_failure(nd, ev, NODE_EV_STOP);
 		}
-	} else if (!strcmp(t, "end")) {
-		int st = jint(j, "status", 1);
+	} else if (!strcmp(t, "end") && jstatus(j) >= 0) {
+		int st = jstatus(j);
 
 		c->state = C_ENDED;
 		if (st && record_failure(nd, k, -1, st, "ended with a failure")) {
@@ -722,13 +780,17 @@ static void spoke_read(struct nodes *nd, struct node_event *ev)
 	json_t *j = recv_frame(nd->hub_fd, mono() + FRAME_MS / 1000.0);
 	const char *t = j ? jstr(j, "t") : "";
 
-	if (!strcmp(t, "stop")) {
-		if (record_failure(nd, jint(j, "node", -1), jint(j, "rank", -1),
-				   jint(j, "status", 1), jstr(j, "desc")))
+	int node = j ? jint(j, "node", -1) : -1;
+
+	/* A frame that breaks the protocol counts as the hub lost. */
+	if (!strcmp(t, "stop") && jstatus(j) >= 0 && node >= 0 &&
+	    node < nd->nnodes) {
+		if (record_failure(nd, node, jint(j, "rank", -1),
+				   jstatus(j), jstr(j, "desc")))
 			event_from_failure(nd, ev, NODE_EV_STOP);
-	} else if (!strcmp(t, "bye")) {
+	} else if (!strcmp(t, "bye") && jstatus(j) >= 0) {
 		nd->got_bye = true;
-		nd->final_status = jint(j, "status", 1);
+		nd->final_status = jstatus(j);
 	} else {
 		close(nd->hub_fd);
 		nd->hub_fd = -1;

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #define NODES_MAX 4096
+#define NODES_NPROC_MAX 4096     /* ranks one node may run */
 #define NODES_FRAME_MAX 65536
 #define NODES_DEFAULT_PORT 29500
 
@@ -85,5 +86,22 @@ void nodes_fail(struct nodes *nd, int rank, int status, const char *desc);
 int nodes_finish(struct nodes *nd, int status, double timeout);
 
 void nodes_release(struct nodes *nd);
+
+/* The frames' readers on their own, for the fuzz harness
+ * (tests/fuzz/nodes.c), which feeds them what a peer could send through
+ * socketpairs:
+ * - nodes_attach: a node past its join over connections already proved:
+ *   the hub's to node k in fds[k] (1 <= k < nnodes), a node's to the hub
+ *   in fds[0]; nodes_handle and nodes_finish then read them (and
+ *   nodes_release closes them).  NULL when out of memory.
+ * - nodes_read_join: the hub reads node's JOIN from fd: 0 with *nproc,
+ *   or -1 (not a JOIN of that node, or nproc out of 1..NODES_NPROC_MAX).
+ * - nodes_read_start: a node (of nproc ranks) reads the hub's start:
+ *   0 with *st's world, offset, port, run id and secret, or -1 after a
+ *   message. */
+struct nodes *nodes_attach(int nnodes, int node_rank, const int *fds);
+int nodes_read_join(int fd, int node, double deadline, int *nproc);
+int nodes_read_start(struct nodes *nd, int nproc, double deadline,
+		     struct node_start *st);
 
 #endif

@@ -21,6 +21,7 @@
  * deadline; the whole rendezvous by --join-timeout.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -76,6 +77,15 @@ static int own_addr(const char *host, int port, char *out, size_t n)
 		close(fd);
 	freeaddrinfo(ai);
 	return rc;
+}
+
+/* Whether s holds a space or a control character: no host name does. */
+static int has_space(const char *s)
+{
+	for (; *s; s++)
+		if (!isgraph((unsigned char)*s))
+			return 1;
+	return 0;
 }
 
 static int fail(char *err, size_t n, const char *what, struct etcd *e)
@@ -175,6 +185,14 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			etcd_lease_keepalive(e, lease);
 		until = json_integer_value(json_object_get(st,
 							    "last_call_until"));
+		/* etcd is outside the job: a window that ends before 1970
+		 * is a bad document, not a subtraction that overflows. */
+		if (until < 0) {
+			json_decref(st);
+			snprintf(err, errsz, "etcd key %s holds a bad "
+				 "rendezvous", key);
+			goto out;
+		}
 		if (!strcmp(state, "closed")) {
 			if (joined < 0) {
 				snprintf(err, errsz, "rendezvous %s is closed: "
@@ -186,14 +204,19 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			res->nnodes = n;
 			res->node_rank = joined;
 			json_t *n0 = json_array_get(nodes, 0);
-			snprintf(res->master_addr, sizeof(res->master_addr), "%s",
-				 json_string_value(json_object_get(n0, "addr"))
-				 ?: "");
-			res->master_port = (int)json_integer_value(
+			const char *a = json_string_value(json_object_get(n0,
+								  "addr"));
+			json_int_t port = json_integer_value(
 				json_object_get(n0, "port"));
+			/* Node 0's address whole (never cut to fit) and
+			 * printable, its port a port (never its low bits). */
+			snprintf(res->master_addr, sizeof(res->master_addr), "%s",
+				 a && strlen(a) < sizeof(res->master_addr) &&
+				 !has_space(a) ? a : "");
+			res->master_port = port >= 1 && port <= 65535 ?
+					   (int)port : 0;
 			mine = json_array_get(nodes, (size_t)joined);
-			if (!*res->master_addr || res->master_port < 1 ||
-			    res->master_port > 65535 ||
+			if (!*res->master_addr || !res->master_port ||
 			    strcmp(json_string_value(json_object_get(mine,
 						"token")) ?: "", token)) {
 				snprintf(err, errsz, "etcd key %s holds a bad "

@@ -62,6 +62,22 @@ replays() {
 	replays rendezvous
 }
 
+@test "the Slurm host list corpus replays: SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE, expanded" {
+	replays hostlist
+}
+
+@test "the torch TCPStore corpus replays: the agent's answers to the client, 1.x and 2.x" {
+	replays tcpstore
+}
+
+@test "the etcd corpus replays: the v3 gateway's replies and the rendezvous document" {
+	replays etcd
+}
+
+@test "the node frames corpus replays: join, start, fail, end, stop, bye between launchers" {
+	replays nodes
+}
+
 @test "a replay driver fails on a corpus that is missing, naming it" {
 	# An error, never "replayed 0 inputs".
 	run "$FUZZDIR/wire-replay" "$BATS_TEST_TMPDIR/nothing-here"

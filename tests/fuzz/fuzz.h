@@ -42,4 +42,27 @@ static inline char *fuzz_cstr(const uint8_t *data, size_t size)
 	return s;
 }
 
+/* A growing byte string, for the harnesses' models; aborts when out of
+ * memory (a harness has nothing better to do then). */
+struct fuzz_bytes {
+	unsigned char *p;
+	size_t len, cap;
+};
+
+static inline void fuzz_put(struct fuzz_bytes *b, const void *p, size_t n)
+{
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		b->p = realloc(b->p, cap);
+		FUZZ_CHECK(b->p);
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->len, p, n);
+	b->len += n;
+}
+
 #endif

@@ -23,42 +23,22 @@
 
 enum { CMD_SET = 1, CMD_GET = 2, CMD_ADD = 3 };
 
-struct bytes {
-	unsigned char *p;
-	size_t len, cap;
-};
-
 struct entry {
 	char key[KEY_MAX + 1];
-	struct bytes val;
+	struct fuzz_bytes val;
 };
 
 struct model {
 	struct entry *kv;
 	size_t nkv;
 	struct {
-		struct bytes in;       /* not yet a whole frame */
-		struct bytes want;     /* replies the server must have queued */
+		struct fuzz_bytes in;       /* not yet a whole frame */
+		struct fuzz_bytes want;     /* replies the server must have queued */
 		char parked[KEY_MAX + 1];
 		uint32_t parked_seq;
 		int has_parked;
 	} cl[CLIENTS];
 };
-
-static void put(struct bytes *b, const void *p, size_t n)
-{
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n)
-			cap *= 2;
-		b->p = realloc(b->p, cap);
-		FUZZ_CHECK(b->p);
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->len, p, n);
-	b->len += n;
-}
 
 static uint32_t rd32(const unsigned char *p)
 {
@@ -66,7 +46,7 @@ static uint32_t rd32(const unsigned char *p)
 	       (uint32_t)p[3] << 24;
 }
 
-static void reply(struct bytes *b, uint32_t seq, const void *val, size_t n)
+static void reply(struct fuzz_bytes *b, uint32_t seq, const void *val, size_t n)
 {
 	unsigned char h[9];
 	uint32_t len = (uint32_t)n + 5;
@@ -76,8 +56,8 @@ static void reply(struct bytes *b, uint32_t seq, const void *val, size_t n)
 		h[4 + i] = (unsigned char)(seq >> (8 * i));
 	}
 	h[8] = 0; /* ok: the fuzzer stays far below every limit */
-	put(b, h, 9);
-	put(b, val, n);
+	fuzz_put(b, h, 9);
+	fuzz_put(b, val, n);
 }
 
 static struct entry *find(struct model *m, const char *key)
@@ -100,7 +80,7 @@ static void store(struct model *m, const char *key, const void *v, size_t n)
 		strcpy(e->key, key);
 	}
 	e->val.len = 0;
-	put(&e->val, v, n);
+	fuzz_put(&e->val, v, n);
 	for (int c = 0; c < CLIENTS; c++)
 		if (m->cl[c].has_parked && !strcmp(m->cl[c].parked, key)) {
 			m->cl[c].has_parked = 0;
@@ -159,12 +139,12 @@ static int request(struct model *m, int c, const unsigned char *r, size_t len)
 /* Client c's bytes in the model: 0 if the server must drop it. */
 static int feed(struct model *m, int c, const uint8_t *p, size_t n)
 {
-	struct bytes *in = &m->cl[c].in;
+	struct fuzz_bytes *in = &m->cl[c].in;
 	size_t off = 0;
 
 	if (!n)
 		return 1;
-	put(in, p, n);
+	fuzz_put(in, p, n);
 	while (in->len - off >= 4) {
 		uint32_t flen = rd32(in->p + off);
 		if (flen > FRAME_MAX)
