@@ -87,6 +87,7 @@ CTESTS   := $(CTEST_SRC:tests/c/%.c=$(B)/tests/%)
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%)
 BENCHES  := $(BENCH_SRC:scripts/%.c=$(B)/bench/%)
 FAKE_CUDA := $(B)/fake/libcuda.so
+CLOCKSHIFT := $(B)/fake/clockshift.so $(B)/fake/faildup2.so
 FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/%.c=%)
 # Every harness also links with replay.c into a plain program that feeds it
 # each file of its corpus: `make test` replays the corpora everywhere.
@@ -98,7 +99,7 @@ CMD_LIB  := $(filter-out $(B)/obj/cmd/main.o,$(CMD_OBJ))
 .PHONY: all test test-unit test-bats test-gpu bench install clean fuzz \
 	fuzz-build
 all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) \
-     $(BENCHES) $(FAKE_CUDA) $(REPLAYS)
+     $(BENCHES) $(FAKE_CUDA) $(CLOCKSHIFT) $(REPLAYS)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -172,6 +173,11 @@ $(FAKE_CUDA): testdata/fake_libcuda.c
 	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -O1 -g -shared \
 		-fPIC -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
 	$(Q)ln -sf libcuda.so $(dir $@)libcuda.so.1
+# Faults for the tests: the wall clock set forward, a failing dup2.
+$(B)/fake/%.so: testdata/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -O1 -shared -fPIC -o $@ $< -ldl
 
 # --- fuzz harnesses (tests/fuzz/NAME.c, corpus in testdata/fuzz/NAME/)
 $(B)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(CMD_LIB) $(LIB_A)

@@ -195,14 +195,6 @@ dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather);
  * returns err if a post already failed, else the wait's status. */
 dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err);
 
-/* For an algorithm failing with requests still posted (a post refused, a
- * reduction failed): aborts the transport, which fails and unlinks every
- * pending request, so that the caller may then free their memory.  The
- * group would be aborted for such a failure anyway (group.c's run_op);
- * this only does it before the requests' memory goes, with the same
- * message ("rank R: why"). */
-void dri_coll_abandon(dr_err err);
-
 /* Scratch memory of n bytes (at least 1, so that a zero count still gets a
  * valid pointer); NULL with dr_last_error set when out of memory. */
 void *dri_scratch(size_t n);

@@ -207,7 +207,7 @@ static dr_err allreduce_ring(dri_op *op)
 	err = dri_waitall(sr, (int)nreq);
 out:
 	if (err)
-		dri_coll_abandon(err);
+		dri_abandon(err);
 	free(off);
 	free(rr);
 	free(sr);
@@ -367,7 +367,7 @@ static dr_err allreduce_halving(dri_op *op)
 	err = DR_OK;
 out:
 	if (err)
-		dri_coll_abandon(err);
+		dri_abandon(err);
 	free(off);
 	free(rr);
 	free(rs);

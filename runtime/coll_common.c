@@ -104,22 +104,6 @@ dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
 	return err ? err : werr;
 }
 
-void dri_coll_abandon(dr_err err)
-{
-	char why[512], msg[560];
-
-	snprintf(why, sizeof(why), "%s", dr_last_error());
-	if (dri_transport_check()) {
-		/* already aborted (a failed wait): its message stands */
-		dri_set_last_error(why);
-		return;
-	}
-	/* our own failure: named as group.c's run_op names it */
-	snprintf(msg, sizeof(msg), "rank %d: %s", dri_world_rank(), why);
-	dri_transport_abort(err, msg);
-	dri_set_last_error(msg);
-}
-
 /* The device of the buffers this rank uses in the call, -1 for host
  * memory.  Both are asked: a root's gather may have its sendbuf on a
  * device and its recvbuf on the host, and taking the host path for it

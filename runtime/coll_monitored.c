@@ -62,7 +62,7 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 	for (int i = 1; i < p; i++) {
 		err = dri_irecv(&reqs[i - 1], &op->id, dri_peer(g, i), NULL, 0);
 		if (err) {
-			dri_coll_abandon(err); /* earlier receives are posted */
+			dri_abandon(err); /* earlier receives are posted */
 			goto out;
 		}
 	}

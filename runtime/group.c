@@ -254,6 +254,21 @@ void dri_group_free(dr_group *g)
 
 /* ------------------------------------------------------------ running */
 
+void dri_abandon(dr_err err)
+{
+	char why[MSG_MAX], msg[MSG_MAX + 32];
+
+	snprintf(why, sizeof(why), "%s", dr_last_error());
+	if (dri_transport_check()) {
+		/* already aborted (a failed wait): the transport's message */
+		dri_set_last_error(why);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "rank %d: %s", G.rank, why);
+	dri_transport_abort(err, msg);
+	dri_set_last_error(msg);
+}
+
 static dr_err run_op(dri_op *op)
 {
 	dr_err err;
@@ -266,25 +281,10 @@ static dr_err run_op(dri_op *op)
 		dri_ctl_begin(&op->id, -1, 0);
 		err = op->run(op);
 		dri_ctl_end(err);
-		/* A failure of our own (out of memory, a CUDA error) in the
-		 * middle of a collective leaves the peers waiting for our part
-		 * until their timeout, and our sequence numbers out of step
-		 * with theirs: abort, so that they fail now, with our reason.
-		 * The monitored barrier's timeout is the exception: by design
-		 * the group goes on after it. */
-		if (err && op->id.coll != DRI_MONITORED_BARRIER) {
-			char why[MSG_MAX], msg[MSG_MAX + 32];
-			snprintf(why, sizeof(why), "%s", dr_last_error());
-			if (dri_transport_check()) {
-				/* the transport's own failure: its message */
-				dri_set_last_error(why);
-			} else {
-				snprintf(msg, sizeof(msg), "rank %d: %s", G.rank,
-					 why);
-				dri_transport_abort(err, msg);
-				dri_fail(err, "%s", msg);
-			}
-		}
+		/* The abort rule (group.h), but for the monitored barrier,
+		 * after whose timeout the group goes on by design. */
+		if (err && op->id.coll != DRI_MONITORED_BARRIER)
+			dri_abandon(err);
 	}
 	if (op->release)
 		op->release(op);

@@ -112,4 +112,16 @@ void dri_work_p2p_start(dr_work *w);
  * error. */
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
+/* The abort rule, in one place: a call that fails on its own (out of
+ * memory, a post refused, a CUDA error) in the middle of a collective
+ * would leave its peers waiting for its part until their timeout, and
+ * its sequence numbers out of step with theirs; so it aborts the
+ * transport with "rank R: why", which fails every peer at once with that
+ * reason and unlinks every pending request (their memory may then go).
+ * A failure the transport itself raised keeps the transport's message.
+ * dri_submit applies it to every op but the monitored barrier (whose
+ * timeout leaves the group usable); algorithms call it before they free
+ * requests still posted. */
+void dri_abandon(dr_err err);
+
 #endif

@@ -280,3 +280,30 @@ finish_job() {
 	[ "$(grep -c 'new_group (list): DR_EMISMATCH' <<<"$output")" -eq 3 ]
 	[ "$(grep -c 'rank [0-2]: newgroup ok$' <<<"$output")" -eq 3 ]
 }
+
+@test "the wall clock set an hour forward changes no wait: they run on the monotonic clock" {
+	# The shim works: date(1) reads the shifted wall clock.
+	now=$(date +%s)
+	shifted=$(LD_PRELOAD=$B/fake/clockshift.so CLOCKSHIFT_S=3600 date +%s)
+	[ $((shifted - now)) -ge 3500 ]
+	# A 50 ms wait for asynchronous work nobody joins yet (a condition
+	# wait), then the call completes: a wait whose deadline came from the
+	# wall clock would last an hour and meet timeout(1) instead.
+	LD_PRELOAD=$B/fake/clockshift.so CLOCKSHIFT_S=3600 \
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+		run timeout 120 "$DISTRUN" --timeout 100s -n 3 "$VICTIM" waitclock "$DIR"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'rank [0-2]: waitclock ok$' <<<"$output")" -eq 3 ]
+}
+
+@test "a rank whose stdin, stdout, stderr cannot be set up (dup2 fails) is reported as such, not as 'cannot run'" {
+	LD_PRELOAD=$B/fake/faildup2.so \
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+		run timeout 60 "$DISTRUN" -n 2 true
+	echo "$output"
+	[ "$status" -eq 1 ]
+	grep -q '^distrun: rank [01]: cannot set up its stdin, stdout and stderr (dup2): Bad file descriptor$' <<<"$output"
+	! grep -q 'cannot run' <<<"$output"
+	grep -Eq '^ +[01] +1 .*(cannot set up fds|first failure)' <<<"$output"
+}

@@ -20,6 +20,11 @@
  *   newgroup    the last rank passes dr_new_group another count, then
  *               another list: DR_EMISMATCH on every rank, and the world
  *               goes on
+ *   waitclock DIR  rank 0 waits 50 ms for an asynchronous all_reduce the
+ *               others join only after that wait gave up (DR_ETIMEDOUT, not
+ *               complete); then it completes with the exact sum.  Run with
+ *               the wall clock shifted (testdata/clockshift.c): a wait timed
+ *               by the wall clock would not give up
  *   retry PORT  alone (no launcher): an init that fails after the
  *               transport listens (world size 2, nobody else comes), then
  *               an init of a 1-rank world that must work; checks that no
@@ -209,6 +214,41 @@ static void mode_late(const char *dir)
 	printf("rank %d: late ok\n", rank);
 }
 
+/* rank 0's dr_work_wait_timeout gives up on a call the others join only
+ * after it has: a condition wait timed by the wall clock would sleep for
+ * as long as the wall clock was set forward. */
+static void mode_waitclock(const char *dir)
+{
+	char path[512];
+	int32_t v = rank + 1;
+	dr_work *w;
+
+	snprintf(path, sizeof(path), "%s/gave-up", dir);
+	if (rank == 0) {
+		TRY(dr_all_reduce(&v, 1, DR_INT32, DR_SUM, NULL, &w));
+		dr_err e = dr_work_wait_timeout(w, 50);
+		if (e != DR_ETIMEDOUT || dr_work_is_completed(w))
+			DIE("wait_timeout on a call nobody joined: %s",
+			    dr_err_name(e));
+		FILE *f = fopen(path, "w");
+		if (!f)
+			DIE("cannot write %s", path);
+		fclose(f);
+		TRY(dr_work_wait(w));
+		dr_work_free(w);
+	} else {
+		for (int i = 0; access(path, F_OK); i++) {
+			if (i > 1200)
+				DIE("no %s after 120 s", path);
+			usleep(100000);
+		}
+		TRY(dr_all_reduce(&v, 1, DR_INT32, DR_SUM, NULL, NULL));
+	}
+	if (v != size * (size + 1) / 2)
+		DIE("all_reduce gave %d", (int)v);
+	printf("rank %d: waitclock ok\n", rank);
+}
+
 /* The last rank passes dr_new_group one member fewer (then another list
  * of the same count): every rank fails the call, the world goes on. */
 static void mode_newgroup(void)
@@ -314,8 +354,10 @@ int main(int argc, char **argv)
 		mode_newgroup();
 	else if (!strcmp(mode, "late") && argc == 3)
 		mode_late(argv[2]);
+	else if (!strcmp(mode, "waitclock") && argc == 3)
+		mode_waitclock(argv[2]);
 	else
 		DIE("usage: sec_victim wait DIR | init | closefd | args | "
-		    "late DIR | newgroup | retry PORT");
+		    "late DIR | waitclock DIR | newgroup | retry PORT");
 	return 0;
 }
