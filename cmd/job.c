@@ -17,6 +17,7 @@
  * processes are stopped the same way, so nothing outlives the job.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,25 @@ void job_stop(struct job *job, int sig)
 	signal_ranks(job, sig);
 }
 
+/* Why exec said "Exec format error": a script without "#!", or a binary
+ * for another machine. */
+static const char *exec_format_hint(const struct job *job)
+{
+	char head[4] = { 0 };
+	FILE *f = fopen(job->prog_path, "re");
+
+	if (f) {
+		if (fread(head, 1, sizeof(head), f)) {}
+		fclose(f);
+	}
+	if (!memcmp(head, "\177ELF", 4))
+		return " (a binary for another machine or system?)";
+	if (head[0] != '#' || head[1] != '!')
+		return " (a script needs a first line such as #!/bin/sh; or "
+		       "name its interpreter: distrun ... sh SCRIPT)";
+	return "";
+}
+
 static void announce_failure(struct job *job, int r)
 {
 	struct rank *rk = &job->ranks[r];
@@ -106,8 +126,9 @@ static void announce_failure(struct job *job, int r)
 			"stdout and stderr (dup2): %s\n", r,
 			strerror(rk->exec_errno));
 	else if (rk->exec_errno)
-		fprintf(stderr, "distrun: rank %d: cannot run %s: %s\n", r,
-			job->o->argv[0], strerror(rk->exec_errno));
+		fprintf(stderr, "distrun: rank %d: cannot run %s: %s%s\n", r,
+			job->o->argv[0], strerror(rk->exec_errno),
+			rk->exec_errno == ENOEXEC ? exec_format_hint(job) : "");
 	else if (job->nodes)
 		fprintf(stderr, "distrun: rank %d on node %d %s after %.3fs\n",
 			job->rank_offset + r, job->node_rank,
@@ -248,6 +269,10 @@ static void check_timers(struct job *job)
 		job_stop(job, SIGTERM);
 	}
 	if (job->stopping && !job->killed && t >= job->kill_at) {
+		if (job->leftovers)
+			fprintf(stderr, "distrun: left-behind processes still "
+				"run after %gs; sending SIGKILL\n",
+				job->o->grace);
 		job->killed = true;
 		signal_ranks(job, SIGKILL);
 	} else if (job->killed) {
@@ -260,12 +285,92 @@ static void check_timers(struct job *job)
  * pipes, or reparented to us) is stopped like a rank.  A rank's exit
  * closes its pipes before we can reap it, so pipes still open after a
  * poll that found nothing to read are held by its descendants. */
+/* "sleep 100" from /proc/PID/cmdline (cut to fit), and the rank whose
+ * environment it inherited (-1 if unknown). */
+static int describe_pid(int pid, char *cmd, size_t n)
+{
+	char path[64], env[8192];
+	int fd, rank = -1;
+	ssize_t len;
+
+	snprintf(cmd, n, "?");
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		len = read(fd, cmd, n - 1);
+		if (len > 0) {
+			cmd[len] = 0;
+			for (ssize_t i = 0; i < len; i++)
+				if (!cmd[i] && i + 1 < len)
+					cmd[i] = ' ';
+		}
+		close(fd);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		len = read(fd, env, sizeof(env) - 1);
+		for (ssize_t i = 0; len > 0 && i < len; ) {
+			if (!strncmp(env + i, "RANK=", 5)) {
+				rank = atoi(env + i + 5);
+				break;
+			}
+			i += strnlen(env + i, len - i) + 1;
+		}
+		close(fd);
+	}
+	return rank;
+}
+
+/* Says which rank left which processes behind, and what is done. */
+static void announce_leftovers(struct job *job)
+{
+	char path[64];
+	FILE *f;
+	int pid, n = 0;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children",
+		 (int)getpid());
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	while (fscanf(f, "%d", &pid) == 1) {
+		char cmd[80];
+		int r;
+
+		if (pid == job->guard_pid)
+			continue;
+		if (++n > 8)
+			continue;
+		r = describe_pid(pid, cmd, sizeof(cmd));
+		if (r >= 0 && r < job->o->nranks)
+			fprintf(stderr, "distrun: rank %d exited but left pid "
+				"%d (%s) running\n", r, pid, cmd);
+		else
+			fprintf(stderr, "distrun: a rank left pid %d (%s) "
+				"running\n", pid, cmd);
+	}
+	fclose(f);
+	if (n > 8)
+		fprintf(stderr, "distrun: and %d more processes\n", n - 8);
+	if (n)
+		fprintf(stderr, "distrun: sending %s SIGTERM, SIGKILL after "
+			"%gs (--grace)\n", n > 1 ? "them" : "it",
+			job->o->grace);
+	else
+		fprintf(stderr, "distrun: processes that left the ranks "
+			"hold their output open; sending them SIGTERM, SIGKILL "
+			"after %gs (--grace)\n", job->o->grace);
+}
+
 static void check_leftovers(struct job *job, bool idle)
 {
 	if (job->nlive > 0 || job->stopping)
 		return;
 	if (job->nopen > 0 ? !idle : !signal_children(job, 0))
 		return;
+	announce_leftovers(job);
+	job->leftovers = true;
 	job->stopping = true;
 	job->kill_at = now_mono() + job->o->grace;
 	signal_ranks(job, SIGTERM);

@@ -64,6 +64,7 @@ struct opts {
 	int color;                 /* -1 auto, 0 never, 1 always */
 	uint8_t *show;             /* nranks flags: rank shown on console */
 	const char *output_dir;    /* NULL: no per-rank files */
+	const char *output_dir_opt; /* the option that set it, for errors */
 	double timeout;            /* seconds, 0: none */
 	double grace;              /* seconds between TERM and KILL */
 	const char *report;        /* JSON file, NULL: none */
@@ -87,6 +88,12 @@ struct opts {
 	const char *tap;           /* --tap FILE, NULL: none */
 	double stall_timeout;      /* seconds, 0: none (diag.c) */
 	const char *trace;         /* --trace FILE, NULL: none (trace.c) */
+	bool module;               /* -m: argv[0] is a Python module */
+	bool no_python;            /* --no-python: never add an interpreter */
+	const char *python;        /* --python, NULL: DISTRUN_PYTHON/python3 */
+	int max_restarts;          /* --max-restarts */
+	char **argv_alloc;         /* argv with the interpreter added, or NULL */
+	const char *python_from;   /* where the interpreter came from, or NULL */
 };
 
 /* Parses argv into *o.  Returns 0, or the exit status to use at once:
@@ -171,9 +178,11 @@ struct job {
 	bool stopping;             /* TERM sent, waiting for the grace */
 	double kill_at;            /* monotonic time to send SIGKILL */
 	bool killed;               /* SIGKILL sent */
+	bool leftovers;            /* stopping what exited ranks left */
 	bool output_broken;        /* EPIPE on our stdout or stderr */
 	bool spawn_failed;         /* fork or pipe failed for some rank */
 	bool stalled;              /* --stall-timeout stopped it */
+	int restarts;              /* --max-restarts used so far */
 	int exit_status;
 
 	/* A job over several nodes (nodes.c); one node: nnodes 1, offset 0. */
@@ -227,6 +236,8 @@ int port_reserve(struct job *job);
  * spawn_all() starts every rank; on -1 the ranks already started are in
  * job->ranks (state RANK_RUNNING) for job.c to stop. */
 int spawn_prepare(struct job *job);
+/* TORCHELASTIC_RESTART_COUNT for the ranks started next. */
+void spawn_set_restart(struct job *job, int count);
 int spawn_all(struct job *job);
 void spawn_release(struct job *job);
 

@@ -132,6 +132,59 @@ static int reserve_std_fds(void)
 	return 0;
 }
 
+/* Starts the ranks and runs the job to its end.  Returns true if it
+ * ended by a rank's failure alone (which --max-restarts may retry). */
+static bool run_once(struct job *job)
+{
+	if (spawn_all(job)) {
+		/* Stop the ranks already started, then exit 1. */
+		job->spawn_failed = true;
+		job_stop(job, SIGTERM);
+	}
+	if (job_run(job)) {
+		/* Out of memory before the loop: the ranks must not stay. */
+		job->spawn_failed = true;
+		for (int r = 0; r < job->o->nranks; r++)
+			if (job->ranks[r].state == RANK_RUNNING)
+				killpg(job->ranks[r].pid, SIGKILL);
+	}
+	if (job->first_fail < 0 || job->spawn_failed || job->timed_out ||
+	    job->stop_signal || job->output_broken || job->nopen || job->nlive)
+		return false;
+	for (int r = 0; r < job->o->nranks; r++)
+		if (job->ranks[r].exec_errno)
+			return false;   /* would fail again the same way */
+	return true;
+}
+
+/* --max-restarts: as torchrun's agent, the whole job starts again, with
+ * TORCHELASTIC_RESTART_COUNT one higher; the same port, files, guard,
+ * and the --timeout of the whole run.  Returns false when none is left. */
+static bool restart(struct job *job)
+{
+	const struct rank *f = &job->ranks[job->first_fail];
+	char st[64];
+
+	if (job->restarts >= job->o->max_restarts)
+		return false;
+	job->restarts++;
+	fprintf(stderr, "distrun: rank %d %s; restarting the job (restart %d "
+		"of %d)\n", job->first_fail, rank_status_str(f, st, sizeof(st)),
+		job->restarts, job->o->max_restarts);
+	for (int r = 0; r < job->o->nranks; r++) {
+		struct rank *rk = &job->ranks[r];
+		int files[2] = { rk->file_fd[0], rk->file_fd[1] };
+
+		*rk = (struct rank){ .out_fd = -1, .err_fd = -1, .errpipe = -1,
+				     .file_fd = { files[0], files[1] } };
+	}
+	job->first_fail = -1;
+	job->stopping = job->killed = job->leftovers = false;
+	job->kill_at = 0;
+	spawn_set_restart(job, job->restarts);
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -180,18 +233,8 @@ int main(int argc, char **argv)
 	rc = 1;
 	if (mux_init(&job) || guard_start(&job))
 		goto out;
-	if (spawn_all(&job)) {
-		/* Stop the ranks already started, then exit 1. */
-		job.spawn_failed = true;
-		job_stop(&job, SIGTERM);
-	}
-	if (job_run(&job)) {
-		/* Out of memory before the loop: the ranks must not stay. */
-		job.spawn_failed = true;
-		for (int r = 0; r < o.nranks; r++)
-			if (job.ranks[r].state == RANK_RUNNING)
-				killpg(job.ranks[r].pid, SIGKILL);
-	}
+	while (run_once(&job) && restart(&job))
+		;
 	guard_done(&job);
 	job.real_t1 = now_real();
 	rc = job.exit_status = nodes_job_finish(&job, exit_status(&job));

@@ -113,11 +113,7 @@ static int open_files(struct job *job)
 	const char *dir = job->o->output_dir;
 	static const char *const ext[2] = { "stdout", "stderr" };
 
-	if (mkdir(dir, 0777) && errno != EEXIST) {
-		fprintf(stderr, "distrun: --output-dir %s: %s\n", dir,
-			strerror(errno));
-		return -1;
-	}
+	/* The directory was made by options.c. */
 	for (int r = 0; r < job->o->nranks; r++)
 		for (int s = 0; s < 2; s++) {
 			char path[4096];

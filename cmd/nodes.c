@@ -1035,6 +1035,13 @@ int nodes_setup(struct job *job)
 		return -1;
 	if (p.nnodes <= 1)
 		return 0;
+	if (o->max_restarts > 0) {
+		/* Several nodes (here from Slurm's or Kubeflow's variables):
+		 * a restart would have to be agreed by every node. */
+		fprintf(stderr, "distrun: --max-restarts restarts a job on one "
+			"node only; this job has %d nodes\n", p.nnodes);
+		return -1;
+	}
 	if (o->show && !o->ranks_arg) {
 		/* -n may have come from PET_NPROC_PER_NODE. */
 		uint8_t *show = realloc(o->show, (size_t)o->nranks);

@@ -8,10 +8,13 @@
  * its own -n 5; `--` also ends the options.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "launcher.h"
@@ -36,6 +39,11 @@ enum {
 	OPT_GRACE,
 	OPT_REPORT,
 	OPT_COLOR,
+	OPT_MODULE = 'm',
+	OPT_NO_PYTHON = 300,
+	OPT_NO_PYTHON_US,
+	OPT_PYTHON,
+	OPT_STANDALONE,
 	OPT_NNODES,
 	OPT_NODE_RANK,
 	OPT_NODE_RANK_US,
@@ -51,6 +59,8 @@ enum {
 	OPT_TAP,
 	OPT_STALL_TIMEOUT,
 	OPT_TRACE,
+	OPT_MAX_RESTARTS,
+	OPT_MAX_RESTARTS_US,
 };
 
 struct opt_def {
@@ -113,6 +123,18 @@ static const struct opt_def opt_table[] = {
 	  "write the result as TAP version 13 to FILE (- for stdout)" },
 	{ OPT_TRACE, "trace", "FILE",
 	  "write a timeline (Chrome trace JSON) to FILE" },
+	{ OPT_MAX_RESTARTS, "max-restarts", "N",
+	  "restart the whole job up to N times on failure" },
+	{ OPT_MAX_RESTARTS_US, "max_restarts", "N", NULL },
+	{ OPT_MODULE, "module", NULL,
+	  "PROGRAM is a Python module (PYTHON -m PROGRAM)" },
+	{ OPT_NO_PYTHON, "no-python", NULL,
+	  "run PROGRAM itself even if it ends in .py" },
+	{ OPT_NO_PYTHON_US, "no_python", NULL, NULL },
+	{ OPT_PYTHON, "python", "PATH",
+	  "Python for .py and -m ($DISTRUN_PYTHON, python3)" },
+	{ OPT_STANDALONE, "standalone", NULL,
+	  "one node (torchrun): same as --nnodes 1" },
 	{ OPT_SUMMARY, "summary", NULL,
 	  "always print the summary (default: on failure)" },
 	{ OPT_QUIET, "quiet", NULL,
@@ -138,7 +160,7 @@ static void print_help(void)
 	       "first failing rank's status.\n\nOptions:\n");
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const struct opt_def *d = &opt_table[i];
-		char left[80];
+		char left[160];
 		int len;
 
 		if (!d->help)
@@ -230,10 +252,16 @@ static int parse_ranks(struct opts *o, const char *s)
 			if (errno || end == p)
 				goto bad;
 		}
-		if (a > b || b >= o->nranks) {
+		if (a > b) {
+			fprintf(stderr, "distrun: --ranks '%s': the range "
+				"%ld-%ld is reversed (write %ld-%ld)\nTry "
+				"'distrun --help'.\n", s, a, b, b, a);
+			return -1;
+		}
+		if (b >= o->nranks) {
 			fprintf(stderr, "distrun: --ranks '%s': rank %ld is "
 				"not in 0..%d\nTry 'distrun --help'.\n",
-				s, a > b ? a : b, o->nranks - 1);
+				s, b, o->nranks - 1);
 			return -1;
 		}
 		memset(o->show + a, 1, b - a + 1);
@@ -248,11 +276,50 @@ bad:
 	return -1;
 }
 
+/* Where output goes is checked before anything starts, so a job does
+ * not run for an hour to fail at writing its report.  The report file is
+ * opened without truncation (and left, if made here, for report.c to
+ * overwrite); the output directory is made and must be writable. */
+static int check_paths(const struct opts *o)
+{
+	if (o->report) {
+		int fd = open(o->report, O_WRONLY | O_CREAT | O_APPEND |
+			      O_CLOEXEC, 0666);
+
+		if (fd < 0) {
+			fprintf(stderr, "distrun: --report %s: %s\nTry "
+				"'distrun --help'.\n", o->report,
+				strerror(errno));
+			return -1;
+		}
+		close(fd);
+	}
+	if (o->output_dir) {
+		const char *opt = o->output_dir_opt ? o->output_dir_opt :
+				  "--output-dir";
+
+		if (mkdir(o->output_dir, 0777) && errno != EEXIST) {
+			fprintf(stderr, "distrun: %s %s: %s\nTry "
+				"'distrun --help'.\n", opt, o->output_dir,
+				strerror(errno));
+			return -1;
+		}
+		if (access(o->output_dir, W_OK | X_OK)) {
+			fprintf(stderr, "distrun: %s %s: %s\nTry "
+				"'distrun --help'.\n", opt, o->output_dir,
+				strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int opts_parse(struct opts *o, int argc, char **argv)
 {
 	struct option longopts[N_OPTS + 1];
 	long v;
-	int c;
+	int c, li = 0;
+	bool standalone = false;
 
 	memset(o, 0, sizeof(*o));
 	o->master_addr = "127.0.0.1";
@@ -268,7 +335,7 @@ int opts_parse(struct opts *o, int argc, char **argv)
 
 	opterr = 0;
 	/* '+': stop at the program name; ':': report missing arguments. */
-	while ((c = getopt_long(argc, argv, "+:n:vqhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:n:mvqhV", longopts, &li)) != -1) {
 		switch (c) {
 		case OPT_NPROC:
 		case OPT_NPROC_US:
@@ -455,6 +522,32 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_QUIET:
 			o->quiet = true;
 			break;
+		case OPT_MODULE:
+			o->module = true;
+			break;
+		case OPT_NO_PYTHON:
+		case OPT_NO_PYTHON_US:
+			o->no_python = true;
+			break;
+		case OPT_PYTHON:
+			if (!*optarg) {
+				usage_hint("%s--python is empty", "");
+				return EXIT_USAGE;
+			}
+			o->python = optarg;
+			break;
+		case OPT_STANDALONE:
+			standalone = true;
+			break;
+		case OPT_MAX_RESTARTS:
+		case OPT_MAX_RESTARTS_US:
+			if (parse_int(optarg, 0, 1000000, &v)) {
+				usage_hint("invalid --max-restarts '%s' "
+					   "(expected 0 or more)", optarg);
+				return EXIT_USAGE;
+			}
+			o->max_restarts = (int)v;
+			break;
 		case OPT_HELP:
 			print_help();
 			return -1;
@@ -480,6 +573,24 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		usage_hint("%smissing the program to run", "");
 		return EXIT_USAGE;
 	}
+	if (standalone) {
+		/* torchrun's --standalone: this node alone. */
+		if (o->max_nodes > 1 || o->node_rank > 0 || o->rdzv_endpoint ||
+		    o->rdzv_backend) {
+			usage_hint("%s--standalone is one node: it cannot go "
+				   "with --nnodes above 1, --node-rank above 0 "
+				   "or --rdzv-*", "");
+			return EXIT_USAGE;
+		}
+		o->min_nodes = o->max_nodes = 1;
+	}
+	if (o->max_restarts > 0 && (o->max_nodes > 1 || o->node_rank > 0 ||
+				    o->rdzv_endpoint || o->rdzv_backend)) {
+		usage_hint("%s--max-restarts restarts a job on one node only; "
+			   "it cannot go with several nodes (--nnodes above 1, "
+			   "--node-rank, --rdzv-*)", "");
+		return EXIT_USAGE;
+	}
 	if (!o->nranks)
 		o->nranks = 1;  /* as torchrun's default */
 	if (o->nsizes > 1)
@@ -497,6 +608,8 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		}
 		memset(o->show, 1, o->nranks);
 	}
+	if (check_paths(o))
+		return EXIT_USAGE;
 	return 0;
 }
 
@@ -506,4 +619,6 @@ void opts_release(struct opts *o)
 	o->show = NULL;
 	free(o->sizes);
 	o->sizes = NULL;
+	free(o->argv_alloc);
+	o->argv_alloc = NULL;
 }

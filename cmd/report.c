@@ -10,6 +10,7 @@
  * bytes, kept in a ring per rank as mux.c reads them), so a CI log shows
  * the traceback next to the verdict.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,11 @@ static const char *rank_note(const struct job *job, int r)
 	if (job->ranks[r].exec_errno)
 		return job->ranks[r].spawn_step == SPAWN_STEP_FDS ?
 		       "cannot set up fds" : "cannot run";
+	/* A rank distrun signalled that exited with a status of its own
+	 * (before the signal came, or from its handler) says so itself. */
+	if (job->ranks[r].stopped && job->ranks[r].state == RANK_EXITED &&
+	    WIFEXITED(job->ranks[r].status))
+		return WEXITSTATUS(job->ranks[r].status) ? "failed too" : "";
 	if (job->ranks[r].stopped)
 		return job->timed_out ? "timed out" : "stopped";
 	return "";
@@ -191,6 +197,29 @@ static const char *job_reason(const struct job *job)
 	return job->exit_status ? "error" : "ok";
 }
 
+/* Writes root to path, saying why on failure. */
+static int write_json(json_t *root, const char *path)
+{
+	FILE *f = fopen(path, "we");
+	int e;
+
+	if (!f)
+		goto fail;
+	if (json_dumpf(root, f, JSON_INDENT(2)) || fputc('\n', f) == EOF ||
+	    ferror(f)) {
+		e = errno;
+		fclose(f);
+		errno = e;
+		goto fail;
+	}
+	if (fclose(f))
+		goto fail;
+	return 0;
+fail:
+	fprintf(stderr, "distrun: --report %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
 int report_json(struct job *job)
 {
 	const struct opts *o = job->o;
@@ -222,6 +251,7 @@ int report_json(struct job *job)
 	json_object_set_new(root, "wall_s",
 			    json_real(job->real_t1 - job->real_t0));
 	json_object_set_new(root, "exit_status", json_integer(job->exit_status));
+	json_object_set_new(root, "restarts", json_integer(job->restarts));
 	json_object_set_new(root, "reason", json_string(job_reason(job)));
 	json_object_set_new(root, "first_failed_rank", job->first_fail >= 0 ?
 			    json_integer(job->rank_offset + job->first_fail) :
@@ -284,11 +314,7 @@ int report_json(struct job *job)
 		if (l)
 			json_object_set_new(root, "launcher", l);
 	}
-	if (json_dump_file(root, o->report, JSON_INDENT(2)) == 0)
-		rc = 0;
-	else
-		fprintf(stderr, "distrun: --report %s: cannot write the "
-			"file\n", o->report);
+	rc = write_json(root, o->report);
 out:
 	json_decref(cmd);
 	json_decref(ranks);

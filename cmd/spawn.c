@@ -48,10 +48,17 @@ static const char *const set_vars[] = {
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
 /* Slots in the environment template rewritten for every rank. */
-enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, N_SLOTS };
-static char rank_str[N_SLOTS][32];
+enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, SLOT_RESTART, N_SLOTS };
+static char rank_str[N_SLOTS][48];
 static size_t env_nalloc;
 static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
+
+void spawn_set_restart(struct job *job, int count)
+{
+	(void)job;
+	snprintf(rank_str[SLOT_RESTART], sizeof(rank_str[SLOT_RESTART]),
+		 "TORCHELASTIC_RESTART_COUNT=%d", count);
+}
 
 static bool is_set_var(const char *entry)
 {
@@ -122,7 +129,8 @@ static int build_env(struct job *job)
 
 	while (environ[n])
 		n++;
-	/* + 3 of ours, + 5 of diag_env */
+	/* Ours (N_SET and a few more, such as OMP_NUM_THREADS), then the
+	 * inherited ones. */
 	env = calloc(n + N_SET + 8, sizeof(*env));
 	if (!env)
 		return -1;
@@ -130,6 +138,8 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_RANK];
 	env[k++] = rank_str[SLOT_LOCAL_RANK];
 	env[k++] = rank_str[SLOT_ROLE_RANK];
+	env[k++] = rank_str[SLOT_RESTART];
+	spawn_set_restart(job, 0);
 	/* The rest are the same for every rank. */
 	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
 	env[k++] = xasprintf("LOCAL_WORLD_SIZE=%d", o->nranks);
@@ -143,8 +153,11 @@ static int build_env(struct job *job)
 	env[k++] = xasprintf("GROUP_WORLD_SIZE=%d", job->nnodes > 1 ?
 			     job->nnodes : 1);
 	env[k++] = strdup("ROLE_NAME=default");
-	env[k++] = strdup("TORCHELASTIC_RESTART_COUNT=0");
-	env[k++] = strdup("TORCHELASTIC_MAX_RESTARTS=0");
+	env[k++] = xasprintf("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
+	/* Python ranks line-buffered, as torchrun's -u: lines come when
+	 * printed, not in bursts at exit.  Any value the user set stays. */
+	if (!getenv("PYTHONUNBUFFERED"))
+		env[k++] = strdup("PYTHONUNBUFFERED=1");
 	env[k++] = strdup("TORCHELASTIC_USE_AGENT_STORE=False");
 	/* Several nodes: the secret every node derived alike (nodes.c). */
 	env[k++] = job->node_secret[0] ?
@@ -223,7 +236,11 @@ static int resolve_program(const char *name, char **out)
 		fprintf(stderr, "distrun: %s: Permission denied\n", name);
 		return EXIT_NOEXEC;
 	}
-	fprintf(stderr, "distrun: %s: command not found\n", name);
+	if (!stat(name, &st) && S_ISREG(st.st_mode) && !access(name, X_OK))
+		fprintf(stderr, "distrun: %s: command not found (there is "
+			"./%s here: did you mean ./%s?)\n", name, name, name);
+	else
+		fprintf(stderr, "distrun: %s: command not found\n", name);
 	return EXIT_NOTFOUND;
 }
 
@@ -238,14 +255,71 @@ static void raise_fd_limit(void)
 	}
 }
 
+static bool ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), t = strlen(tail);
+
+	return n > t && !strcmp(s + n - t, tail);
+}
+
+/* As torchrun: a script (PROGRAM ending in .py) or a module (-m) runs
+ * with Python, unless --no-python.  The interpreter is --python, else
+ * $DISTRUN_PYTHON, else python3 from PATH (torchrun uses its own
+ * sys.executable; distrun has none).  Rewrites o->argv to PYTHON [-m]
+ * PROGRAM ARG...; returns 0, or 1 when out of memory. */
+static int add_python(struct job *job)
+{
+	struct opts *o = job->o;
+	const char *py = o->python, *from = "--python";
+	char **argv;
+	int k = 0;
+
+	if (o->no_python || (!o->module && !ends_with(o->argv[0], ".py")))
+		return 0;
+	if (!py) {
+		py = getenv("DISTRUN_PYTHON");
+		from = "DISTRUN_PYTHON";
+	}
+	if (!py || !*py) {
+		py = "python3";
+		from = "the default";
+	}
+	argv = calloc((size_t)o->argc + 3, sizeof(*argv));
+	if (!argv)
+		return 1;
+	argv[k++] = (char *)py;
+	if (o->module)
+		argv[k++] = "-m";
+	memcpy(argv + k, o->argv, (size_t)o->argc * sizeof(*argv));
+	o->argv = o->argv_alloc = argv;
+	o->argc += k;
+	o->python_from = from;
+	return 0;
+}
+
 int spawn_prepare(struct job *job)
 {
+	struct opts *o = job->o;
 	int rc;
 
 	raise_fd_limit();
-	rc = resolve_program(job->o->argv[0], &job->prog_path);
+	if (add_python(job)) {
+		perror("distrun");
+		return 1;
+	}
+	rc = resolve_program(o->argv[0], &job->prog_path);
+	if (rc && o->python_from) {
+		fprintf(stderr, "distrun: (%s is run with Python, %s from %s; "
+			"set --python or DISTRUN_PYTHON, or give --no-python)\n",
+			o->argv[o->module ? 2 : 1], o->argv[0], o->python_from);
+		return rc;
+	}
 	if (rc)
 		return rc;
+	if (o->python_from && o->summary)
+		fprintf(stderr, "distrun: running %s with %s (%s, from %s)\n",
+			o->argv[o->module ? 2 : 1], job->prog_path,
+			o->argv[0], o->python_from);
 	if (build_env(job)) {
 		perror("distrun: environment");
 		return 1;
@@ -319,9 +393,9 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
 	    pipe2(ep, O_CLOEXEC))
 		goto fail;
-	snprintf(rank_str[SLOT_RANK], 32, "RANK=%d", job->rank_offset + r);
-	snprintf(rank_str[SLOT_LOCAL_RANK], 32, "LOCAL_RANK=%d", r);
-	snprintf(rank_str[SLOT_ROLE_RANK], 32, "ROLE_RANK=%d",
+	snprintf(rank_str[SLOT_RANK], 48, "RANK=%d", job->rank_offset + r);
+	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
+	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
 		 job->rank_offset + r);
 	rk->t_start = now_mono();
 	/* vfork: the child borrows our memory until it execs, so no page

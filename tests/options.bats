@@ -44,6 +44,9 @@ help_options() {
 		--timeout|--grace|--stall-timeout) run "$DISTRUN" "$opt" 5s true ;;
 		--report|--trace) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
 		--junit|--tap) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/$opt.out" true ;;
+		--max-restarts|--max_restarts) run "$DISTRUN" "$opt" 1 true ;;
+		--python) run "$DISTRUN" "$opt" /usr/bin/python3 true ;;
+		--module) run "$DISTRUN" "$opt" --python /usr/bin/python3 json.tool --help ;;
 		--master-addr|--master_addr) run "$DISTRUN" "$opt" 127.0.0.1 true ;;
 		--nnodes) run "$DISTRUN" "$opt" 1 true ;;
 		--node-rank|--node_rank) run "$DISTRUN" "$opt" 0 true ;;

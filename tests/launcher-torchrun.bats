@@ -1,0 +1,252 @@
+#!/usr/bin/env bats
+# torchrun's habits: scripts run with Python, -m, --no-python, the
+# single-node forms of torchrun's options (multi-node: tests/multinode.bats),
+# --max-restarts (refused with several nodes), line-buffered Python ranks; and the rough edges a
+# new user hit (paths checked before the start, hints, what a job left
+# behind).
+
+load common
+bats_require_minimum_version 1.5.0
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	cat >show.py <<-'PY'
+	import os, sys
+	print("rank", os.environ["RANK"], "python", sys.executable, "args", sys.argv[1:])
+	PY
+}
+
+@test "a .py PROGRAM runs with Python, as under torchrun; -v names the interpreter" {
+	DISTRUN_PYTHON=/usr/bin/python3 run "$DISTRUN" -v --nproc-per-node 2 show.py a b
+	[ "$status" -eq 0 ]
+	grep -qx "\[0\] rank 0 python /usr/bin/python3 args \['a', 'b'\]" <<<"$output"
+	grep -qx "\[1\] rank 1 python /usr/bin/python3 args \['a', 'b'\]" <<<"$output"
+	grep -qx "distrun: running show.py with /usr/bin/python3 (/usr/bin/python3, from DISTRUN_PYTHON)" <<<"$output"
+}
+
+@test "--python chooses the interpreter over DISTRUN_PYTHON; without either, python3 from PATH" {
+	DISTRUN_PYTHON=/nonexistent run "$DISTRUN" --python /usr/bin/python3 show.py
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"python /usr/bin/python3 args"* ]]
+	mkdir bin && ln -s /usr/bin/python3 bin/python3
+	PATH=$PWD/bin:/usr/bin:/bin run env -u DISTRUN_PYTHON "$DISTRUN" show.py
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"python $PWD/bin/python3 args"* ]]
+}
+
+@test "a missing interpreter says where it came from and how to choose another" {
+	DISTRUN_PYTHON=nopython run -127 "$DISTRUN" show.py
+	[ "$status" -eq 127 ]
+	[ "${lines[0]}" = "distrun: nopython: command not found" ]
+	[[ "${lines[1]}" == *"show.py is run with Python, nopython from DISTRUN_PYTHON"*"--no-python"* ]]
+}
+
+@test "-m runs a module, as python -m" {
+	mkdir pkg && printf 'import os\nprint("module rank", os.environ["RANK"])\n' >pkg/hello.py
+	touch pkg/__init__.py
+	PYTHONPATH=$PWD run "$DISTRUN" -n 2 --python /usr/bin/python3 -m pkg.hello
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = $'[0] module rank 0\n[1] module rank 1' ]
+	run "$DISTRUN" -n 1 --python /usr/bin/python3 --module json.tool --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"usage:"*"json.tool"* ]]
+}
+
+@test "--no-python and --no_python run a .py PROGRAM itself" {
+	printf '#!/bin/sh\necho "shell $RANK"\n' >direct.py
+	chmod +x direct.py
+	run "$DISTRUN" -n 2 --no-python ./direct.py
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = $'[0] shell 0\n[1] shell 1' ]
+	run "$DISTRUN" --no_python ./direct.py
+	[ "$output" = "[0] shell 0" ]
+	# Other programs run as they are, as always.
+	run "$DISTRUN" -n 1 "$TESTDATA/envdump" RANK
+	[ "$output" = "[0] RANK=0" ]
+}
+
+@test "torchrun's single-node options are accepted, in both spellings" {
+	for opts in "--standalone" "--nnodes 1" "--nnodes=1:1" "--node-rank 0" \
+		"--node_rank=0" "--standalone --nnodes=1 --nproc_per_node=2"; do
+		run "$DISTRUN" $opts --python /usr/bin/python3 show.py
+		[ "$status" -eq 0 ] || { echo "$opts: $output"; false; }
+		grep -q '^\[0\] rank 0 python' <<<"$output"
+	done
+}
+
+@test "--standalone is one node: with several nodes it is refused, exit 2" {
+	for opts in "--nnodes 2" "--nnodes 1:2" "--node-rank 1" \
+		"--rdzv-backend static" "--rdzv_endpoint 127.0.0.1:1"; do
+		run timeout 60 "$DISTRUN" --standalone $opts true
+		[ "$status" -eq 2 ] || { echo "$opts: $status $output"; false; }
+		[[ "${lines[0]}" == "distrun: --standalone is one node"* ]] ||
+			{ echo "$opts: $output"; false; }
+	done
+}
+
+@test "--max-restarts with several nodes is refused, exit 2, nothing starts" {
+	for opts in "--nnodes 2" "--nnodes=1:2" "--node_rank=1" \
+		"--rdzv-backend etcd" "--rdzv-endpoint 127.0.0.1:1"; do
+		run timeout 60 "$DISTRUN" --max-restarts 2 $opts sh -c 'echo started'
+		[ "$status" -eq 2 ] || { echo "$opts: $status $output"; false; }
+		[[ "${lines[0]}" == "distrun: --max-restarts restarts a job on one node only"* ]] ||
+			{ echo "$opts: $output"; false; }
+		[[ "$output" != *started* ]]
+	done
+	# --max-restarts 0 and one node stay fine.
+	run timeout 60 "$DISTRUN" --max-restarts 0 --nnodes 1 true
+	[ "$status" -eq 0 ]
+}
+
+@test "a torch script runs unmodified as 'distrun --nproc-per-node 2 train.py'" {
+	require_torch
+	cat >train.py <<-'PY'
+	import torch, torch.distributed as dist
+	dist.init_process_group("gloo")
+	t = torch.tensor([dist.get_rank() + 1.0])
+	dist.all_reduce(t)
+	print("sum", t.item())
+	dist.destroy_process_group()
+	PY
+	DISTRUN_PYTHON=$TORCH_PYTHON run "$DISTRUN" --nproc-per-node 2 --timeout 300s train.py
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	[ "$(sort <<<"$output")" = $'[0] sum 3.0\n[1] sum 3.0' ]
+}
+
+@test "Python ranks are line-buffered: a line shows while the rank still runs" {
+	cat >slow.py <<-'PY'
+	import os, time
+	print("first line")
+	for _ in range(600):
+	    if os.path.exists("go"):
+	        break
+	    time.sleep(0.05)
+	PY
+	"$DISTRUN" -n 1 --python /usr/bin/python3 slow.py >out 2>err &
+	pid=$!
+	# The line comes before the rank is let go: not in a burst at exit.
+	wait_until 30 grep -q '^\[0\] first line$' out
+	touch go
+	wait "$pid"
+}
+
+@test "PYTHONUNBUFFERED is 1 unless the user set it" {
+	run env -u PYTHONUNBUFFERED "$DISTRUN" "$TESTDATA/envdump" PYTHONUNBUFFERED
+	[ "$output" = "[0] PYTHONUNBUFFERED=1" ]
+	PYTHONUNBUFFERED=x run "$DISTRUN" "$TESTDATA/envdump" PYTHONUNBUFFERED
+	[ "$output" = "[0] PYTHONUNBUFFERED=x" ]
+}
+
+@test "--max-restarts restarts the whole job with TORCHELASTIC_RESTART_COUNT, and says so" {
+	run "$DISTRUN" -n 2 --max-restarts 3 --report r.json sh -c '
+		echo "count $TORCHELASTIC_RESTART_COUNT max $TORCHELASTIC_MAX_RESTARTS"
+		[ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ] && exit 3
+		exit 0'
+	[ "$status" -eq 0 ]
+	for c in 0 1 2; do
+		[ "$(grep -c "^\[[01]\] count $c max 3$" <<<"$output")" -eq 2 ]
+	done
+	! grep -q "count 3" <<<"$output"
+	grep -qx "distrun: rank 1 exited with status 3; restarting the job (restart 1 of 3)" <<<"$output"
+	grep -qx "distrun: rank 1 exited with status 3; restarting the job (restart 2 of 3)" <<<"$output"
+	[ "$(jq .restarts r.json)" -eq 2 ]
+}
+
+@test "--max_restarts: when the restarts are used up, the last failure's status" {
+	run "$DISTRUN" -q -n 2 --max_restarts 1 sh -c 'echo "try $TORCHELASTIC_RESTART_COUNT"; exit 4'
+	[ "$status" -eq 4 ]
+	[ "$(grep -c 'try 0' <<<"$output")" -eq 2 ]
+	[ "$(grep -c 'try 1' <<<"$output")" -eq 2 ]
+	[ "$(grep -c 'restarting the job' <<<"$output")" -eq 1 ]
+	# Not restarted: a program that cannot run, a stop by a signal.
+	run -127 "$DISTRUN" --max-restarts 5 ./no-such-program
+	[ "$status" -eq 127 ]
+	! grep -q restarting <<<"$output"
+}
+
+@test "a rank that exits 0 but leaves a process behind: which rank, which pid and command, what was done" {
+	run "$DISTRUN" -n 2 --grace 60s sh -c '
+		[ "$RANK" = 1 ] && { sleep 300 & echo "left $!"; }
+		exit 0'
+	[ "$status" -eq 0 ]
+	left=$(sed -n 's/^\[1\] left //p' <<<"$output")
+	grep -qx "distrun: rank 1 exited but left pid $left (sleep 300) running" <<<"$output"
+	grep -qx "distrun: sending it SIGTERM, SIGKILL after 60s (--grace)" <<<"$output"
+	! ps -o pid= -p "$left"
+}
+
+@test "a left process that ignores SIGTERM is killed after --grace, and that is said too" {
+	run "$DISTRUN" -n 1 --grace 0.5s sh -c '
+		sh -c "trap \"\" TERM; echo left \$\$; exec sleep 300" &
+		while ! [ -s /proc/$!/cmdline ] || grep -q trap /proc/$!/cmdline; do sleep 0.05; done'
+	[ "$status" -eq 0 ]
+	grep -qx "distrun: rank 0 exited but left pid [0-9]* (sleep 300) running" <<<"$output"
+	grep -qx "distrun: left-behind processes still run after 0.5s; sending SIGKILL" <<<"$output"
+}
+
+@test "--report and --output-dir are checked before anything starts, with the reason" {
+	run "$DISTRUN" --report nodir/r.json sh -c 'touch ran'
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --report nodir/r.json: No such file or directory" ]
+	[ ! -e ran ]
+	mkdir ro && chmod 555 ro
+	if ! touch ro/x 2>/dev/null; then   # (root writes anywhere)
+		run "$DISTRUN" --report ro/r.json sh -c 'touch ran'
+		[[ "${lines[0]}" == *"Permission denied" ]]
+	fi
+	run "$DISTRUN" --output-dir nodir/logs sh -c 'touch ran'
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --output-dir nodir/logs: No such file or directory" ]
+	touch afile
+	run "$DISTRUN" --output-dir afile sh -c 'touch ran'
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --output-dir afile: Not a directory" ]
+	run "$DISTRUN" --report afile/r.json sh -c 'touch ran'
+	[ "${lines[0]}" = "distrun: --report afile/r.json: Not a directory" ]
+	[ ! -e ran ]
+}
+
+@test "--ranks 2-1 says the range is reversed" {
+	run "$DISTRUN" -n 4 --ranks 2-1 true
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --ranks '2-1': the range 2-1 is reversed (write 1-2)" ]
+}
+
+@test "a script without a #! line: the error says what to do" {
+	printf 'echo hi\n' >noshebang
+	chmod +x noshebang
+	run "$DISTRUN" ./noshebang
+	[ "$status" -eq 126 ]
+	grep -qx "distrun: rank 0: cannot run ./noshebang: Exec format error (a script needs a first line such as #!/bin/sh; or name its interpreter: distrun ... sh SCRIPT)" <<<"$output"
+}
+
+@test "a program in the current directory but not on PATH: the hint says ./prog" {
+	cp "$TESTDATA/envdump" myprog
+	run -127 "$DISTRUN" myprog RANK
+	[ "$output" = "distrun: myprog: command not found (there is ./myprog here: did you mean ./myprog?)" ]
+	run "$DISTRUN" ./myprog RANK
+	[ "$output" = "[0] RANK=0" ]
+}
+
+@test "a rank that exits 1 by itself while the job stops shows its status, not 'stopped'" {
+	# Rank 1 ignores the SIGTERM and exits 1 once rank 0 is gone.
+	run "$DISTRUN" -n 2 --grace 60s sh -c '
+		[ "$RANK" = 0 ] && { echo $$ >r0.tmp; mv r0.tmp r0; exit 2; }
+		trap "" TERM
+		i=0
+		while { [ ! -s r0 ] || kill -0 "$(cat r0)" 2>/dev/null; } && [ $i -lt 600 ]; do
+			i=$((i+1)); sleep 0.05
+		done
+		exit 1'
+	[ "$status" -eq 2 ]
+	grep -Eq '^ +0  2 .*first failure$' <<<"$output"
+	grep -Eq '^ +1  1 .*failed too$' <<<"$output"
+	! grep -Eq '^ +1 .*stopped$' <<<"$output"
+}
+
+@test "the EXAMPLES of distrun(3) render with the code in place" {
+	ex=$(MANWIDTH=80 man -l "$SRCDIR/man/distrun.3" 2>/dev/null | sed -n '/^EXAMPLES/,/^SEE ALSO/p')
+	grep -q 'fprintf(stderr, "init: %s\\n", dr_last_error());' <<<"$ex"
+	# No line pushed right: the deepest code is three levels in.
+	[ -z "$(awk 'length > 80 || /^ {20,}[a-z]/' <<<"$ex")" ]
+}
