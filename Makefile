@@ -249,6 +249,14 @@ bench: all
 	$(Q)DISTRUN_BUILD=$(abspath $(B)) scripts/bench-all
 
 # --- install -------------------------------------------------------------
+# Under a prefix the dynamic linker searches (/usr, /usr/local) ldconfig
+# makes the library found; under any other the .pc's Libs carry an rpath,
+# so that `cc x.c $(pkg-config --cflags --libs distrun)` gives a program
+# that runs without LD_LIBRARY_PATH.
+SYSTEM_PREFIXES := /usr /usr/local
+IS_SYSTEM_PREFIX = $(filter $(patsubst %/,%,$(PREFIX)),$(SYSTEM_PREFIXES))
+comma := ,
+PC_RPATH = $(if $(IS_SYSTEM_PREFIX),,-Wl$(comma)-rpath$(comma)$${libdir} )
 install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
 		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -260,6 +268,7 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	ln -sf libdistrun.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libdistrun.so
 	install -m 644 runtime/distrun.h $(DESTDIR)$(PREFIX)/include/distrun.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		-e 's|@RPATH@|$(PC_RPATH)|g' \
 		runtime/distrun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/distrun.pc
 	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
 	install -d $(DESTDIR)$(PREFIX)/share/distrun/python
@@ -268,6 +277,7 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	install -m 644 scripts/distrun.bash-completion \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/distrun
 	[ ! -f man/distrun.3 ] || install -m 644 man/distrun.3 $(DESTDIR)$(PREFIX)/share/man/man3/distrun.3
+	$(if $(and $(IS_SYSTEM_PREFIX),$(if $(DESTDIR),,y)),-ldconfig)
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

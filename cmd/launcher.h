@@ -92,6 +92,8 @@ struct opts {
 	bool no_python;            /* --no-python: never add an interpreter */
 	const char *python;        /* --python, NULL: DISTRUN_PYTHON/python3 */
 	int max_restarts;          /* --max-restarts */
+	bool file_only[2];         /* --redirects: stdout, stderr not shown */
+	const char *redirect_opt;  /* "--redirects" or "--tee" if given */
 	char **argv_alloc;         /* argv with the interpreter added, or NULL */
 	const char *python_from;   /* where the interpreter came from, or NULL */
 };

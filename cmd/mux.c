@@ -530,7 +530,7 @@ int mux_read(struct job *job, int r, int s)
 	}
 	if (s)
 		report_tail_add(rk, mux.rbuf, n);
-	if (job->o->show[r])
+	if (job->o->show[r] && !job->o->file_only[s])
 		split_lines(job, r, s, mux.rbuf, n);
 	diag_output(job, r, s, mux.rbuf, n);
 	return 1;

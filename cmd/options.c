@@ -61,6 +61,10 @@ enum {
 	OPT_TRACE,
 	OPT_MAX_RESTARTS,
 	OPT_MAX_RESTARTS_US,
+	OPT_LOG_DIR,
+	OPT_LOG_DIR_US,
+	OPT_REDIRECTS,
+	OPT_TEE,
 };
 
 struct opt_def {
@@ -126,6 +130,13 @@ static const struct opt_def opt_table[] = {
 	{ OPT_MAX_RESTARTS, "max-restarts", "N",
 	  "restart the whole job up to N times on failure" },
 	{ OPT_MAX_RESTARTS_US, "max_restarts", "N", NULL },
+	{ OPT_LOG_DIR, "log-dir", "DIR",
+	  "torchrun's name for --output-dir DIR" },
+	{ OPT_LOG_DIR_US, "log_dir", "DIR", NULL },
+	{ OPT_REDIRECTS, "redirects", "0-3",
+	  "to the files only: 1 stdout, 2 stderr, 3 both" },
+	{ OPT_TEE, "tee", "0-3",
+	  "to files and console (as --log-dir alone does)" },
 	{ OPT_MODULE, "module", NULL,
 	  "PROGRAM is a Python module (PYTHON -m PROGRAM)" },
 	{ OPT_NO_PYTHON, "no-python", NULL,
@@ -525,6 +536,31 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_MODULE:
 			o->module = true;
 			break;
+		case OPT_LOG_DIR:
+		case OPT_LOG_DIR_US:
+			o->output_dir = optarg;
+			o->output_dir_opt = "--log-dir";
+			break;
+		case OPT_REDIRECTS:
+		case OPT_TEE:
+			if (strlen(optarg) != 1 || optarg[0] < '0' ||
+			    optarg[0] > '3') {
+				fprintf(stderr, "distrun: --%s '%s': %s\nTry "
+					"'distrun --help'.\n", longopts[li].name,
+					optarg, strchr(optarg, ':') ?
+					"per-rank values are not supported "
+					"(give 0, 1, 2 or 3)" : "expected 0 "
+					"(none), 1 (stdout), 2 (stderr) or 3 "
+					"(both)");
+				return EXIT_USAGE;
+			}
+			if (c == OPT_REDIRECTS) {
+				o->file_only[0] = optarg[0] & 1;
+				o->file_only[1] = (optarg[0] & 2) != 0;
+			}
+			o->redirect_opt = c == OPT_REDIRECTS ? "--redirects" :
+					  "--tee";
+			break;
 		case OPT_NO_PYTHON:
 		case OPT_NO_PYTHON_US:
 			o->no_python = true;
@@ -607,6 +643,11 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 		memset(o->show, 1, o->nranks);
+	}
+	if (o->redirect_opt && !o->output_dir) {
+		usage_hint("%s needs --log-dir DIR (or --output-dir DIR) for "
+			   "the files", o->redirect_opt);
+		return EXIT_USAGE;
 	}
 	if (check_paths(o))
 		return EXIT_USAGE;

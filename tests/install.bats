@@ -71,11 +71,25 @@ install_tree() {
 	cc $SAN -o "$PREFIX/prog" "$PREFIX/prog.c" $(pkg-config --cflags --libs distrun)
 	cc $SAN -o "$PREFIX/prog-static" "$PREFIX/prog.c" $(pkg-config --cflags distrun) \
 		"$PREFIX/lib/libdistrun.a" $(pkg-config --libs-only-l --static distrun | sed 's/-ldistrun//')
-	run env LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/distrun" -n 3 "$PREFIX/prog"
+	# No LD_LIBRARY_PATH: the .pc's rpath finds the library.
+	run env -u LD_LIBRARY_PATH "$PREFIX/bin/distrun" -n 3 "$PREFIX/prog"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"[0] rank 0 of 3: sum 6"* ]]
 	[[ "$output" == *"[2] rank 2 of 3: sum 6"* ]]
 	run "$PREFIX/bin/distrun" -n 2 "$PREFIX/prog-static"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"[1] rank 1 of 2: sum 3"* ]]
+}
+
+@test "the .pc has an rpath for a non-system prefix, none for /usr or /usr/local (ldconfig there)" {
+	install_tree
+	grep -qx 'Libs: -L${libdir} -Wl,-rpath,${libdir} -ldistrun' "$PREFIX/lib/pkgconfig/distrun.pc"
+	for p in /usr /usr/local; do
+		d=$(mktemp -d)
+		env -u MAKEFLAGS -u MAKELEVEL make -s -C "$SRCDIR" install DESTDIR="$d" PREFIX="$p" \
+			B="$B" ${SAN:+ASAN=1} >/dev/null
+		run grep '^Libs:' "$d$p/lib/pkgconfig/distrun.pc"
+		rm -rf "$d"
+		[ "$output" = 'Libs: -L${libdir} -ldistrun' ]
+	done
 }

@@ -250,3 +250,34 @@ setup() {
 	# No line pushed right: the deepest code is three levels in.
 	[ -z "$(awk 'length > 80 || /^ {20,}[a-z]/' <<<"$ex")" ]
 }
+
+@test "--log-dir is --output-dir; --redirects keeps streams off the console; --tee keeps both" {
+	prog='echo "out $RANK"; echo "err $RANK" >&2'
+	run "$DISTRUN" -n 2 --log-dir logs sh -c "$prog"
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = $'[0] err 0\n[0] out 0\n[1] err 1\n[1] out 1' ]
+	[ "$(cat logs/rank.1.stdout)" = "out 1" ]
+	[ "$(cat logs/rank.0.stderr)" = "err 0" ]
+	run "$DISTRUN" -n 2 --log_dir logs2 --redirects 1 sh -c "$prog"
+	[ "$(sort <<<"$output")" = $'[0] err 0\n[1] err 1' ]
+	[ "$(cat logs2/rank.0.stdout)" = "out 0" ]
+	run "$DISTRUN" -n 2 --log-dir logs3 --redirects 3 sh -c "$prog"
+	[ -z "$output" ]
+	[ "$(cat logs3/rank.1.stderr)" = "err 1" ]
+	run "$DISTRUN" -n 1 --log-dir logs4 --tee 3 sh -c "$prog"
+	[ "$(sort <<<"$output")" = $'[0] err 0\n[0] out 0' ]
+	[ "$(cat logs4/rank.0.stdout)" = "out 0" ]
+}
+
+@test "--redirects and --tee: bad values and a missing --log-dir are named" {
+	run "$DISTRUN" --redirects 3 true
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --redirects needs --log-dir DIR (or --output-dir DIR) for the files" ]
+	run "$DISTRUN" --log-dir l --tee 0:1,1:2 true
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --tee '0:1,1:2': per-rank values are not supported (give 0, 1, 2 or 3)" ]
+	run "$DISTRUN" --log-dir l --redirects 4 true
+	[ "${lines[0]}" = "distrun: --redirects '4': expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both)" ]
+	run "$DISTRUN" --log-dir nodir/l true
+	[ "${lines[0]}" = "distrun: --log-dir nodir/l: No such file or directory" ]
+}
