@@ -138,9 +138,16 @@ setup() {
 }
 
 @test "--max-restarts restarts the whole job with TORCHELASTIC_RESTART_COUNT, and says so" {
+	# Every rank prints, then waits for the other's mark, so that no
+	# line is lost to the stop that a failure starts.
 	run "$DISTRUN" -n 2 --max-restarts 3 --report r.json sh -c '
-		echo "count $TORCHELASTIC_RESTART_COUNT max $TORCHELASTIC_MAX_RESTARTS"
-		[ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ] && exit 3
+		c=$TORCHELASTIC_RESTART_COUNT
+		echo "count $c max $TORCHELASTIC_MAX_RESTARTS"
+		touch "m$RANK.$c"; i=0
+		while ! [ -e m0.$c ] || ! [ -e m1.$c ]; do
+			[ $i -lt 600 ] || break; i=$((i+1)); sleep 0.05
+		done
+		[ "$RANK" = 1 ] && [ "$c" -lt 2 ] && exit 3
 		exit 0'
 	[ "$status" -eq 0 ]
 	for c in 0 1 2; do
@@ -153,7 +160,14 @@ setup() {
 }
 
 @test "--max_restarts: when the restarts are used up, the last failure's status" {
-	run "$DISTRUN" -q -n 2 --max_restarts 1 sh -c 'echo "try $TORCHELASTIC_RESTART_COUNT"; exit 4'
+	run "$DISTRUN" -q -n 2 --max_restarts 1 sh -c '
+		c=$TORCHELASTIC_RESTART_COUNT
+		echo "try $c"
+		touch "m$RANK.$c"; i=0
+		while ! [ -e m0.$c ] || ! [ -e m1.$c ]; do
+			[ $i -lt 600 ] || break; i=$((i+1)); sleep 0.05
+		done
+		exit 4'
 	[ "$status" -eq 4 ]
 	[ "$(grep -c 'try 0' <<<"$output")" -eq 2 ]
 	[ "$(grep -c 'try 1' <<<"$output")" -eq 2 ]
