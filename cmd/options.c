@@ -308,6 +308,7 @@ static int check_paths(const struct opts *o)
 	if (o->output_dir) {
 		const char *opt = o->output_dir_opt ? o->output_dir_opt :
 				  "--output-dir";
+		struct stat sb;
 
 		if (mkdir(o->output_dir, 0777) && errno != EEXIST) {
 			fprintf(stderr, "distrun: %s %s: %s\nTry "
@@ -315,7 +316,11 @@ static int check_paths(const struct opts *o)
 				strerror(errno));
 			return -1;
 		}
-		if (access(o->output_dir, W_OK | X_OK)) {
+		if (stat(o->output_dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+			errno = ENOTDIR;
+		else if (!access(o->output_dir, W_OK | X_OK))
+			errno = 0;
+		if (errno) {
 			fprintf(stderr, "distrun: %s %s: %s\nTry "
 				"'distrun --help'.\n", opt, o->output_dir,
 				strerror(errno));

@@ -179,8 +179,16 @@ setup() {
 }
 
 @test "a rank that exits 0 but leaves a process behind: which rank, which pid and command, what was done" {
-	run "$DISTRUN" -n 2 --grace 60s sh -c '
-		[ "$RANK" = 1 ] && { sleep 300 & echo "left $!"; }
+	run timeout 120 "$DISTRUN" -n 2 --grace 60s sh -c '
+		if [ "$RANK" = 1 ]; then
+			sleep 300 & p=$!; echo "left $p"
+			# exit once the child is sleep (bounded: 60 s at most)
+			i=0
+			while [ $i -lt 1200 ] && [ -e /proc/$p ] &&
+			      ! grep -q "^sleep" /proc/$p/cmdline; do
+				i=$((i+1)); sleep 0.05
+			done
+		fi
 		exit 0'
 	[ "$status" -eq 0 ]
 	left=$(sed -n 's/^\[1\] left //p' <<<"$output")
@@ -190,11 +198,24 @@ setup() {
 }
 
 @test "a left process that ignores SIGTERM is killed after --grace, and that is said too" {
-	run "$DISTRUN" -n 1 --grace 0.5s sh -c '
+	# Every wait is bounded: the rank waits at most 60 s for its child to
+	# be the TERM-ignoring sleep (and stops waiting if the child is gone),
+	# and distrun itself runs under timeout.
+	run timeout 120 "$DISTRUN" -n 1 --grace 0.5s sh -c '
 		sh -c "trap \"\" TERM; echo left \$\$; exec sleep 300" &
-		while ! [ -s /proc/$!/cmdline ] || grep -q trap /proc/$!/cmdline; do sleep 0.05; done'
+		p=$!; i=0
+		while [ $i -lt 1200 ] && [ -e /proc/$p ] &&
+		      { ! [ -s /proc/$p/cmdline ] || grep -q trap /proc/$p/cmdline; }; do
+			i=$((i+1)); sleep 0.05
+		done'
+	left=$(sed -n 's/^\[0\] left //p' <<<"$output")
+	alive=0
+	if [ -n "$left" ] && kill -0 "$left" 2>/dev/null; then
+		alive=1; kill -9 "$left" 2>/dev/null || true
+	fi
 	[ "$status" -eq 0 ]
-	grep -qx "distrun: rank 0 exited but left pid [0-9]* (sleep 300) running" <<<"$output"
+	[ "$alive" -eq 0 ]
+	grep -qx "distrun: rank 0 exited but left pid $left (sleep 300) running" <<<"$output"
 	grep -qx "distrun: left-behind processes still run after 0.5s; sending SIGKILL" <<<"$output"
 }
 
@@ -243,12 +264,21 @@ setup() {
 }
 
 @test "a rank that exits 1 by itself while the job stops shows its status, not 'stopped'" {
-	# Rank 1 ignores the SIGTERM and exits 1 once rank 0 is gone.
-	run "$DISTRUN" -n 2 --grace 60s sh -c '
-		[ "$RANK" = 0 ] && { echo $$ >r0.tmp; mv r0.tmp r0; exit 2; }
-		trap "" TERM
+	# Rank 1 takes the SIGTERM (the stop rank 0's failure starts) and
+	# exits 1 once it has it and rank 0 is gone.  Rank 0 fails only once
+	# rank 1 is ready for the TERM.  Every wait is bounded (60 s).
+	run timeout 200 "$DISTRUN" -n 2 --grace 60s sh -c '
+		if [ "$RANK" = 0 ]; then
+			i=0
+			while [ ! -e r1ready ] && [ $i -lt 1200 ]; do
+				i=$((i+1)); sleep 0.05
+			done
+			echo $$ >r0.tmp; mv r0.tmp r0; exit 2
+		fi
+		t=0; trap "t=1" TERM; touch r1ready
 		i=0
-		while { [ ! -s r0 ] || kill -0 "$(cat r0)" 2>/dev/null; } && [ $i -lt 600 ]; do
+		while { [ $t = 0 ] || [ ! -s r0 ] || kill -0 "$(cat r0)" 2>/dev/null; } &&
+		      [ $i -lt 1200 ]; do
 			i=$((i+1)); sleep 0.05
 		done
 		exit 1'
