@@ -86,10 +86,12 @@ if os.environ["RANK"] == "1":
 	[ "$(jq -r '[.ranks[].note] | unique | join(",")' "$f")" = "timed out" ]
 }
 
-@test "--report to a file that cannot be written is an error" {
-	run "$DISTRUN" -n 1 --report /proc/nonexistent/r.json true
-	[ "$status" -eq 1 ]
-	grep -q '^distrun: --report /proc/nonexistent/r.json: ' <<<"$output"
+@test "--report to a file that cannot be written is refused before the start" {
+	m=$BATS_TEST_TMPDIR/started
+	run "$DISTRUN" -n 1 --report /proc/nonexistent/r.json touch "$m"
+	[ "$status" -eq 2 ]
+	grep -q '^distrun: --report /proc/nonexistent/r.json: No such file or directory$' <<<"$output"
+	[ ! -e "$m" ]
 }
 
 @test "--report is written even when the program cannot run" {

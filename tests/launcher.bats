@@ -229,7 +229,7 @@ print("listening")'
 	chmod 755 "$f"
 	run "$DISTRUN" -n 2 "$f"
 	[ "$status" -eq 126 ]
-	grep -q "^distrun: rank [01]: cannot run $f: Exec format error$" <<<"$output"
+	grep -q "^distrun: rank [01]: cannot run $f: Exec format error (a binary for another machine or system?)$" <<<"$output"
 }
 
 @test "bad command lines: one line, the hint, exit 2" {
