@@ -39,22 +39,37 @@
  * PR_SET_CHILD_SUBREAPER these include the orphaned descendants of ranks
  * that have exited.  A child not yet reaped keeps its pid and process
  * group id from being reused, so these signals cannot reach a stranger. */
-static int signal_children(struct job *job, int sig)
+/* The list of distrun's direct children (NULL if it cannot be read). */
+static FILE *children_open(void)
 {
 	char path[64];
-	FILE *f;
-	int pid, n = 0;
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/children",
 		 (int)getpid());
-	f = fopen(path, "re");
+	return fopen(path, "re");
+}
+
+/* The next child in the list but the guard, or -1 at its end. */
+static int children_next(FILE *f, const struct job *job)
+{
+	int pid;
+
+	while (fscanf(f, "%d", &pid) == 1)
+		if (pid != job->guard_pid)
+			return pid;
+	return -1;
+}
+
+static int signal_children(struct job *job, int sig)
+{
+	FILE *f = children_open();
+	int pid, n = 0;
+
 	if (!f)
 		return 0;
-	while (fscanf(f, "%d", &pid) == 1) {
+	while ((pid = children_next(f, job)) > 0) {
 		pid_t pgid;
 
-		if (pid == job->guard_pid)
-			continue;
 		n++;
 		if (!sig)
 			continue;
@@ -325,21 +340,15 @@ static int describe_pid(int pid, char *cmd, size_t n)
 /* Says which rank left which processes behind, and what is done. */
 static void announce_leftovers(struct job *job)
 {
-	char path[64];
-	FILE *f;
+	FILE *f = children_open();
 	int pid, n = 0;
 
-	snprintf(path, sizeof(path), "/proc/self/task/%d/children",
-		 (int)getpid());
-	f = fopen(path, "re");
 	if (!f)
 		return;
-	while (fscanf(f, "%d", &pid) == 1) {
+	while ((pid = children_next(f, job)) > 0) {
 		char cmd[80];
 		int r;
 
-		if (pid == job->guard_pid)
-			continue;
 		if (++n > 8)
 			continue;
 		r = describe_pid(pid, cmd, sizeof(cmd));
