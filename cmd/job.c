@@ -442,7 +442,8 @@ static void close_stream(struct job *job, int r, int s)
 int job_run(struct job *job)
 {
 	int n = job->o->nranks;
-	int nmax = 2 * n + 3 + (job->nodes ? job->nnodes : 0);
+	/* Signals, console, 2 per rank, nodes, stdin and a pipe per rank. */
+	int nmax = 3 * n + 4 + (job->nodes ? job->nnodes : 0);
 	struct pollfd *pfd = malloc((size_t)nmax * sizeof(*pfd));
 	int *who = malloc(2 * (size_t)n * sizeof(*who));
 
@@ -453,7 +454,7 @@ int job_run(struct job *job)
 		return -1;
 	}
 	for (;;) {
-		int np = 3, nn, rc;
+		int np = 3, nn, ni, rc;
 		bool full = mux_full();
 
 		if (job->nlive == 0 && job->nopen == 0 && !output_pending() &&
@@ -483,7 +484,8 @@ int job_run(struct job *job)
 			}
 		}
 		nn = nodes_job_pollfds(job, pfd + np, nmax - np);
-		rc = poll(pfd, np + nn, poll_timeout(job));
+		ni = input_pollfds(job, pfd + np + nn, nmax - np - nn);
+		rc = poll(pfd, np + nn + ni, poll_timeout(job));
 		if (rc < 0 && errno != EINTR) {
 			perror("distrun: poll");
 			break;
@@ -505,6 +507,8 @@ int job_run(struct job *job)
 					job_stop(job, SIGTERM);
 				break;
 			}
+		if (rc > 0)
+			input_handle(job, pfd + np + nn, ni);
 		if (job->output_broken && !job->stopping) {
 			if (job->first_fail < 0 && !job->timed_out)
 				job->stop_signal = SIGPIPE;

@@ -13,6 +13,8 @@
  *   mux.c      the output multiplexer: whole lines, labels, colours,
  *              per-rank files, timestamps, non-blocking console writes
  *   segment.c  the per-job shared segment the ranks inherit (memfd)
+ *   input.c    --stdin: the launcher's stdin copied into the chosen
+ *              ranks' pipes from the event loop
  *   guard.c    a watchdog process that kills the ranks' process groups if
  *              distrun dies by SIGKILL
  *   job.c      the event loop: poll over pipes and a signalfd, reaping
@@ -21,7 +23,7 @@
  *   fmt.c      formatting helpers (signal names, statuses, rank lists);
  *              with runtime/clock.c, the bottom layer
  *
- * Calls go one way: main -> job -> (spawn, guard, mux, report) -> fmt,
+ * Calls go one way: main -> job -> (spawn, input, guard, mux, report) -> fmt,
  * clock.  The mux never calls back into the job loop: its writes do not
  * block, and the loop polls for the console (POLLOUT) itself.
  *
@@ -96,7 +98,12 @@ struct opts {
 	const char *redirect_opt;  /* "--redirects" or "--tee" if given */
 	char **argv_alloc;         /* argv with the interpreter added, or NULL */
 	const char *python_from;   /* where the interpreter came from, or NULL */
+	int stdin_rank;            /* --stdin: a global rank, or STDIN_* */
 };
+
+/* --stdin's values besides a rank (input.c). */
+#define STDIN_NONE (-1)
+#define STDIN_ALL (-2)
 
 /* Parses argv into *o.  Returns 0, or the exit status to use at once:
  * EXIT_USAGE after a one-line error and the usage hint, or -1 after
@@ -196,6 +203,8 @@ struct job {
 	bool node_stop;            /* stopped because another node failed */
 	int node_stop_status;
 	struct diag *diag;         /* diag.c's state, NULL: none */
+	struct input *input;       /* input.c's state, NULL: no rank reads
+				      distrun's stdin */
 };
 
 /* The ranks of the whole job: this node's unless there are several. */
@@ -250,6 +259,19 @@ void spawn_release(struct job *job);
 int segment_create(struct job *job);
 void segment_abort(struct job *job, int r, const char *why);
 void segment_release(struct job *job);
+
+/* input.c: --stdin.  input_setup() once the ranks' global numbers are
+ * known (after nodes_setup): 0, or an exit status after a message
+ * (EXIT_USAGE: no such rank).  input_pipe() gives the fd that rank r is to
+ * have as its stdin in *rfd: job->devnull, or a new pipe's read end, which
+ * the caller closes once the rank is started; -1 (errno set) if the pipe
+ * cannot be made.  input_pollfds() and input_handle() are the job loop's
+ * part (fd 0 POLLIN, the rank pipes POLLOUT); they never block. */
+int input_setup(struct job *job);
+int input_pipe(struct job *job, int r, int *rfd);
+int input_pollfds(struct job *job, struct pollfd *pfd, int max);
+void input_handle(struct job *job, const struct pollfd *pfd, int n);
+void input_release(struct job *job);
 
 /* guard.c: guard_start() before the first rank (it also makes the job's
  * cgroup where it can), guard_add() for each rank's process group,

@@ -218,6 +218,10 @@ int main(int argc, char **argv)
 		goto out;
 	if (nodes_setup(&job) || (!job.nodes && port_reserve(&job)))
 		goto out;
+	rc = input_setup(&job);
+	if (rc)
+		goto out;
+	rc = 1;
 	segment_create(&job);   /* without one, the job runs over TCP */
 	if (diag_init(&job))
 		goto out;
@@ -251,6 +255,7 @@ out:
 	mux_release(&job);
 	job_release(&job);
 	spawn_release(&job);
+	input_release(&job);
 	segment_release(&job);
 	if (job.port_fd >= 0)
 		close(job.port_fd);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ enum {
 	OPT_LOG_DIR_US,
 	OPT_REDIRECTS,
 	OPT_TEE,
+	OPT_STDIN,
 };
 
 struct opt_def {
@@ -109,6 +111,8 @@ static const struct opt_def opt_table[] = {
 	  "show only these ranks' output (0,2-3 or none)" },
 	{ OPT_OUTPUT_DIR, "output-dir", "DIR",
 	  "also write DIR/rank.N.stdout, DIR/rank.N.stderr" },
+	{ OPT_STDIN, "stdin", "RANK|all|none",
+	  "who reads distrun's stdin (default 0; others /dev/null)" },
 	{ OPT_TIMESTAMPS, "timestamps", NULL,
 	  "prefix lines with the seconds since the start" },
 	{ OPT_COLOR, "color", "WHEN",
@@ -342,6 +346,7 @@ int opts_parse(struct opts *o, int argc, char **argv)
 	o->grace = 5;
 	o->color = -1;
 	o->node_rank = -1;
+	o->stdin_rank = 0;      /* as mpirun: rank 0 reads distrun's stdin */
 	o->join_timeout = 600;
 	for (size_t i = 0; i < N_OPTS; i++)
 		longopts[i] = (struct option){ opt_table[i].name,
@@ -477,6 +482,20 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_RANKS:
 			o->ranks_arg = optarg;
+			break;
+		case OPT_STDIN:
+			if (!strcmp(optarg, "all"))
+				o->stdin_rank = STDIN_ALL;
+			else if (!strcmp(optarg, "none"))
+				o->stdin_rank = STDIN_NONE;
+			else if (optarg[0] >= '0' && optarg[0] <= '9' &&
+				 !parse_int(optarg, 0, INT_MAX, &v))
+				o->stdin_rank = (int)v;  /* checked in input.c */
+			else {
+				usage_hint("--stdin '%s': expected a rank (0, "
+					   "1, ...), all or none", optarg);
+				return EXIT_USAGE;
+			}
 			break;
 		case OPT_OUTPUT_DIR:
 			o->output_dir = optarg;

@@ -344,7 +344,8 @@ struct child_err {
  * distrun's can run here on the memory we share with it; the handlers
  * are reset to their defaults before the rank's own mask is restored. */
 static void __attribute__((noreturn))
-child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
+child_exec(struct job *job, pid_t parent, int in, int out, int err,
+	   int errpipe)
 {
 	struct child_err ce = { SPAWN_STEP_FDS, 0 };
 
@@ -357,7 +358,7 @@ child_exec(struct job *job, pid_t parent, int out, int err, int errpipe)
 	if (job->cgroup_fd >= 0)
 		/* "0": the writer itself; failing is harmless (guard.c). */
 		(void)!write(job->cgroup_fd, "0", 1);
-	if (dup2(job->devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	/* The segment is close-on-exec in distrun; the rank inherits it. */
 	if (job->seg_fd >= 0 && fcntl(job->seg_fd, F_SETFD, 0) < 0)
@@ -386,12 +387,13 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 {
 	struct rank *rk = &job->ranks[r];
 	int out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
+	int in = -1;
 	sigset_t all, mask;
 	int vfork_errno;
 	pid_t pid;
 
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
-	    pipe2(ep, O_CLOEXEC))
+	    pipe2(ep, O_CLOEXEC) || input_pipe(job, r, &in))
 		goto fail;
 	snprintf(rank_str[SLOT_RANK], 48, "RANK=%d", job->rank_offset + r);
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
@@ -406,7 +408,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	sigprocmask(SIG_SETMASK, &all, &mask);
 	pid = vfork();
 	if (pid == 0)
-		child_exec(job, self, out[1], err[1], ep[1]);
+		child_exec(job, self, in, out[1], err[1], ep[1]);
 	vfork_errno = errno;
 	sigprocmask(SIG_SETMASK, &mask, NULL);
 	if (pid < 0) {
@@ -419,6 +421,8 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	close(out[1]);
 	close(err[1]);
 	close(ep[1]);
+	if (in != job->devnull)
+		close(in);
 	if (pipe_size)
 		fcntl(out[0], F_SETPIPE_SZ, pipe_size);
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
@@ -442,6 +446,8 @@ fail:
 		if (ep[i] >= 0)
 			close(ep[i]);
 	}
+	if (in >= 0 && in != job->devnull)
+		close(in);
 	return -1;
 }
 

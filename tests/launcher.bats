@@ -272,9 +272,9 @@ print("listening")'
 	[ "$(printf '%s\n' "${lines[@]}" | sort -u | wc -l)" -eq 256 ]
 }
 
-@test "ranks read /dev/null as stdin" {
-	run "$DISTRUN" -n 2 --raw sh -c 'cat; echo done' <<<"not for the ranks"
-	[ "$output" = $'done\ndone' ]
+@test "rank 0 reads distrun's stdin, the other ranks /dev/null (more: launcher-stdin.bats)" {
+	run "$DISTRUN" -n 2 --raw sh -c 'cat; echo "done $RANK"' <<<"for rank 0"
+	[ "$(sort <<<"$output")" = $'done 0\ndone 1\nfor rank 0' ]
 }
 
 @test "an unmodified torch program runs under distrun (gloo, env://)" {

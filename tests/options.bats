@@ -39,6 +39,7 @@ help_options() {
 		--nproc*) run "$DISTRUN" "$opt" 1 true ;;
 		--master-port|--master_port) run "$DISTRUN" "$opt" "$(python3 -c 'import socket; s=socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])')" true ;;
 		--ranks) run "$DISTRUN" "$opt" 0 true ;;
+		--stdin) run "$DISTRUN" "$opt" none true ;;
 		--output-dir|--log-dir|--log_dir) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/o" true ;;
 		--redirects|--tee) run "$DISTRUN" --log-dir "$BATS_TEST_TMPDIR/o" "$opt" 3 true ;;
 		--color) run "$DISTRUN" "$opt" never true ;;
