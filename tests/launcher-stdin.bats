@@ -77,13 +77,20 @@ READER='echo "$RANK $(readlink /proc/self/fd/0 | sed "s/:.*//") $(cat | tr "\n" 
 @test "a rank that closes its stdin or exits does not stall the others, nor SIGPIPE distrun" {
 	head -c 4194304 /dev/urandom >big
 	sum=$(md5sum <big)
-	# Rank 0 closes its stdin at once and lives on; rank 1 exits at
-	# once; ranks 2 and 3 read everything.
+	# Rank 0 closes its stdin at once and lives on until ranks 2 and 3
+	# have read everything (a stall on rank 0 would keep them from it);
+	# rank 1 exits at once.
 	run timeout 120 sh -c 'cat big | "$0" -n 4 --raw --stdin all sh -c '\''
 		case $RANK in
-		0) exec 0<&-; sleep 1; echo closed ;;
+		0) exec 0<&-
+		   i=0
+		   until [ -e done2 ] && [ -e done3 ]; do
+			i=$((i + 1)); [ $i -le 900 ] || { echo stalled; exit 1; }
+			sleep 0.1
+		   done
+		   echo closed ;;
 		1) echo gone ;;
-		*) md5sum ;;
+		*) md5sum; touch done$RANK ;;
 		esac'\' "$DISTRUN"
 	[ "$status" -eq 0 ]
 	[ "$(sort <<<"$output")" = "$(printf '%s\n%s\nclosed\ngone' "$sum" "$sum" | sort)" ]
