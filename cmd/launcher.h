@@ -109,6 +109,12 @@ struct opts {
  * EXIT_USAGE after a one-line error and the usage hint, or -1 after
  * --help/--version (exit 0). */
 int opts_parse(struct opts *o, int argc, char **argv);
+/* Where output goes (--report, --output-dir), checked before anything
+ * starts, so a job does not run for an hour to fail at writing its report:
+ * this makes the file and the directory if missing.  Apart from
+ * opts_parse, which has no effect outside *o (the fuzzer runs it).
+ * Returns 0, or -1 after a one-line error and the usage hint. */
+int opts_check_paths(const struct opts *o);
 /* fmt.c: a duration in seconds, by runtime/clock.c's one parser (so the same as
  * DISTRUN_TIMEOUT's): "90s", "5m", "1h", "1d", "250ms", "2".  Returns -1
  * on bad input, without printing. */

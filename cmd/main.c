@@ -204,6 +204,10 @@ int main(int argc, char **argv)
 		opts_release(&o);
 		return rc < 0 ? 0 : rc;
 	}
+	if (opts_check_paths(&o)) {
+		opts_release(&o);
+		return EXIT_USAGE;
+	}
 	/* Several world sizes, --junit or --tap: a child distrun per run. */
 	if (o.nsizes > 1 || o.junit || o.tap) {
 		rc = sweep_main(&o, argc, argv);

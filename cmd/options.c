@@ -291,11 +291,10 @@ bad:
 	return -1;
 }
 
-/* Where output goes is checked before anything starts, so a job does
- * not run for an hour to fail at writing its report.  The report file is
- * opened without truncation (and left, if made here, for report.c to
- * overwrite); the output directory is made and must be writable. */
-static int check_paths(const struct opts *o)
+/* The report file is opened without truncation (and left, if made here,
+ * for report.c to overwrite); the output directory is made and must be
+ * writable. */
+int opts_check_paths(const struct opts *o)
 {
 	if (o->report) {
 		int fd = open(o->report, O_WRONLY | O_CREAT | O_APPEND |
@@ -673,8 +672,6 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			   "the files", o->redirect_opt);
 		return EXIT_USAGE;
 	}
-	if (check_paths(o))
-		return EXIT_USAGE;
 	return 0;
 }
 
