@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "coll_shm.h"
 
 /* Copies n bytes (no overlap) a MiB at a time, moving the network along
  * in between: a 32 MiB piece copied in one go would leave the sockets full
@@ -37,6 +38,10 @@ static void copy_progressing(char *dst, const char *src, size_t n)
 
 static dr_err all_to_all_run(dri_op *op)
 {
+	dr_err shm_err;
+
+	if (dri_shm_coll(op, &shm_err)) /* all on one host: coll_shm.c */
+		return shm_err;
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
 	size_t es = dr_dtype_size(op->dtype);

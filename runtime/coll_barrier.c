@@ -17,7 +17,7 @@
 
 #include "coll.h"
 #include "cuda_stage.h"
-#include "shm.h"
+#include "coll_shm.h"
 
 static dr_err barrier_run(dri_op *op)
 {
@@ -28,8 +28,8 @@ static dr_err barrier_run(dri_op *op)
 	/* Device work first: the barrier's promise covers it. */
 	if ((err = dri_cuda_barrier_wait(op)))
 		return err;
-	/* All on one host: flags in the segment, no messages (shm.h). */
-	if (dri_transport_barrier(&op->id, &err))
+	/* All on one host: flags in the segment, no messages (coll_shm.c). */
+	if (dri_shm_coll(op, &err))
 		return err;
 	for (int d = 1; d < p; d <<= 1) {
 		err = dri_sendrecv(&op->id, dri_peer(g, dri_mod(r + d, p)), NULL, 0,

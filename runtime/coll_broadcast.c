@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "coll_shm.h"
 
 #define BCAST_PIECE ((size_t)512 << 10)
 
@@ -30,6 +31,8 @@ static dr_err broadcast_run(dri_op *op)
 
 	if (p == 1)
 		return DR_OK;
+	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
+		return err;
 	for (int m = lim >> 1; m >= 1; m >>= 1)
 		if (vr + m < p)
 			child[nc++] = dri_peer(g, dri_mod(vr + m + root, p));

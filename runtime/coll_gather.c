@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "coll_shm.h"
 
 static dr_err all_gather_rd(const dri_op *op, char *out, size_t blk)
 {
@@ -121,7 +122,10 @@ static dr_err all_gather_run(dri_op *op)
 	int p = g->size;
 	size_t blk = op->count * dr_dtype_size(op->dtype);
 	char *out = op->buf;
+	dr_err err;
 
+	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
+		return err;
 	if (p > 1 && blk * (size_t)p > DRI_COLL_SMALL_BYTES)
 		return all_gather_ring(op, out, blk); /* places our block itself */
 	if (out + (size_t)g->rank * blk != (const char *)op->sendbuf)
@@ -179,6 +183,10 @@ static dr_err gather_direct(const dri_op *op, int root, size_t blk)
 
 static dr_err gather_run(dri_op *op)
 {
+	dr_err err;
+
+	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
+		return err;
 	return dri_rooted_run(op, gather_tree, gather_direct);
 }
 

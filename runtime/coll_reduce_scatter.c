@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "coll_shm.h"
 
 static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
 			 char *out)
@@ -133,9 +134,12 @@ static dr_err reduce_scatter_run(dri_op *op)
 	const char *in = op->sendbuf;
 	char *out = op->buf, *own = NULL;
 	uintptr_t a = (uintptr_t)in, b = (uintptr_t)out;
-	size_t *off = dri_scratch((size_t)(p + 1) * sizeof(*off));
+	size_t *off;
 	dr_err err = DR_ENOMEM;
 
+	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
+		return err;
+	off = dri_scratch((size_t)(p + 1) * sizeof(*off));
 	if (!off)
 		goto out;
 	for (int i = 0; i <= p; i++)

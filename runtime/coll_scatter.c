@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "coll_shm.h"
 
 /* Largest number of children a binomial tree node can have. */
 #define MAX_CHILDREN 32
@@ -68,6 +69,10 @@ static dr_err scatter_direct(const dri_op *op, int root, size_t blk)
 
 static dr_err scatter_run(dri_op *op)
 {
+	dr_err err;
+
+	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
+		return err;
 	return dri_rooted_run(op, scatter_tree, scatter_direct);
 }
 

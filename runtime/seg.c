@@ -110,7 +110,8 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 	    want.ctl_off != h->ctl_off || want.ctl_size != h->ctl_size ||
 	    want.xport_off != h->xport_off || want.rings_off != h->rings_off ||
 	    want.ring_stride != h->ring_stride ||
-	    want.ring_size != h->ring_size || want.blk_size != h->blk_size) {
+	    want.ring_size != h->ring_size || want.blk_size != h->blk_size ||
+	    want.coll_off != h->coll_off || want.coll_half != h->coll_half) {
 		snprintf(S.why, sizeof(S.why), "its layout (%llu bytes for %u "
 			 "ranks) is not this build's", (unsigned long long)fsize,
 			 h->nranks);

@@ -35,7 +35,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 1
+#define DRI_SEG_VERSION 2
 /* The environment variable that names the inherited segment's fd. */
 #define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
@@ -74,7 +74,21 @@ typedef struct {
 	/* Random, per segment: two segments of one job on one machine (two
 	 * nodes of a job started there) are told apart by it. */
 	uint64_t nonce;
+	/* The collectives' slots (coll_shm.c), after the rings: two halves
+	 * of coll_half bytes per rank, half h of local rank l at coll_off +
+	 * (2 * l + h) * coll_half.  coll_half is 0 without rings. */
+	uint64_t coll_off;
+	uint64_t coll_half;
 } dri_seg_hdr;
+
+/* A call of the world through the segment's flags, as its rank
+ * published it (coll_shm.c). */
+typedef struct {
+	uint64_t seq;              /* the call's seq + 1; 0: none */
+	uint64_t phase;            /* its first phase */
+	uint64_t count;
+	int32_t coll, dtype, op, root;
+} dri_seg_call;
 
 /* Each rank's block at the start of the transport area.  A sender that
  * put bytes into ring (s -> r), or a receiver that made room in ring
@@ -87,11 +101,21 @@ typedef struct {
 	uint32_t waiting;          /* 1 while the rank may sleep on it */
 	int32_t pid;               /* the rank's pid once it has mapped */
 	uint32_t pad_[13];
-	/* Written by the rank alone, on a line of its own: the last world
-	 * barrier it entered (its seq + 1; 0: none), read by the peers that
-	 * wait for it and by those whose calls may differ (DR_EMISMATCH). */
-	uint64_t barrier_seq;
+	/* The collectives through the segment (coll_shm.c), each word
+	 * written by this rank alone, on lines of their own.  up: the
+	 * phases it has arrived at (its data for them is in its slot);
+	 * down: with a tree of flags, the phases it has released to its
+	 * children.  call[phase & 1]: the call whose first phase that is,
+	 * written before up reaches it and read by the peers that wait for
+	 * it and by those whose calls may differ (DR_EMISMATCH).  Two, so
+	 * that a rank publishing its next call (first phase e + 1) does
+	 * not overwrite the one a slower peer still compares (phase e); the
+	 * one after needs that peer's arrival at e + 1. */
+	uint64_t up;
 	uint64_t pad2_[7];
+	uint64_t down;
+	uint64_t pad3_[7];
+	dri_seg_call call[2];
 	uint64_t ready[];          /* nranks bits */
 } dri_seg_rank;
 
@@ -126,8 +150,25 @@ static inline uint32_t dri_seg_ring_bytes(uint32_t n)
 	return 4u << 10;
 }
 
+/* Bytes of each half of a rank's collective slot for n ranks: large
+ * halves move a large message in fewer phases, small ones keep the
+ * segment O(n) per rank. */
+static inline uint64_t dri_seg_coll_half(uint32_t n)
+{
+	if (n > DRI_SEG_SHM_MAX)
+		return 0;
+	if (n <= 8)
+		return 2u << 20;
+	if (n <= 16)
+		return 1u << 20;
+	if (n <= 64)
+		return 256u << 10;
+	return 64u << 10;
+}
+
 /* Fills the layout fields of *h (nranks, ctl_size, size, ctl_off,
- * xport_off, xport_size, rings_off, ring_stride, ring_size, blk_size)
+ * xport_off, xport_size, rings_off, ring_stride, ring_size, blk_size,
+ * coll_off, coll_half)
  * for n ranks.  Creator and mappers use this one function, so they
  * cannot disagree. */
 static inline void dri_seg_layout(dri_seg_hdr *h, uint32_t n)
@@ -152,6 +193,10 @@ static inline void dri_seg_layout(dri_seg_hdr *h, uint32_t n)
 		h->ring_stride = sizeof(dri_seg_ring) + h->ring_size;
 		off = h->rings_off + (uint64_t)n * n * h->ring_stride;
 	}
+	off = DRI_SEG_ALIGN(off, 4096);
+	h->coll_off = off;
+	h->coll_half = h->ring_size ? dri_seg_coll_half(n) : 0;
+	off += (uint64_t)n * 2 * h->coll_half;
 	off = DRI_SEG_ALIGN(off, 4096);
 	h->xport_size = off - h->xport_off;
 	h->size = off;

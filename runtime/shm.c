@@ -63,6 +63,10 @@ static struct {
 	int oversub;
 	int64_t next_check;
 	char host[HOST_ID_MAX + 1];
+	/* A flag a collective waits for (dri_shm_want): dri_shm_wait does
+	 * not sleep once *want >= want_val. */
+	const uint64_t *want;
+	uint64_t want_val;
 } M = { .me = -1 };
 
 static unsigned char *xport(void)
@@ -201,7 +205,10 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 		__atomic_store_n(&rg->head, __atomic_load_n(&rg->tail,
 				 __ATOMIC_ACQUIRE), __ATOMIC_SEQ_CST);
 	}
-	__atomic_store_n(&blk(M.me)->barrier_seq, 0, __ATOMIC_SEQ_CST);
+	/* Nor do the flags of the collectives (coll_shm.c) carry over. */
+	memset(blk(M.me)->call, 0, sizeof(blk(M.me)->call));
+	__atomic_store_n(&blk(M.me)->up, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&blk(M.me)->down, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&blk(M.me)->pid, (int32_t)getpid(), __ATOMIC_RELEASE);
 	return DR_OK;
 }
@@ -292,6 +299,16 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	M.oversub = nlocal > ncpus();
 	M.next_check = 0;
 	M.on = 1;
+	/* With the whole world here, the collectives wait on flags, not
+	 * messages: watch, from now while they live, the ranks whose flags
+	 * this rank waits for (coll_shm.c: all of them, or its parent and
+	 * children in the tree), so that one that exits even between two
+	 * calls is seen. */
+	for (int i = 0; M.h && M.npeers == size - 1 && i < size; i++)
+		if (i != rank && (size <= DRI_SHM_FLAT_MAX ||
+				  i == (rank - 1) / DRI_SHM_TREE_K ||
+				  (i - 1) / DRI_SHM_TREE_K == rank))
+			dri_shm_watch(i);
 	return DR_OK;
 }
 
@@ -540,7 +557,8 @@ int dri_shm_wait(int64_t timeout_ms)
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
 	d = __atomic_load_n(&b->doorbell, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&b->waiting, 1, __ATOMIC_SEQ_CST);
-	if (!has_ready(b) && !__atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST))
+	if (!has_ready(b) && !__atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST) &&
+	    !(M.want && __atomic_load_n(M.want, __ATOMIC_SEQ_CST) >= M.want_val))
 		rc = futex(&b->doorbell, FUTEX_WAIT, d, &ts);
 	__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
 	return !(rc < 0 && errno == ETIMEDOUT);
@@ -557,29 +575,81 @@ void dri_shm_wake(void)
 	futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
 }
 
-/* --------------------------------------------------- world barrier */
+/* ------------------------------------- collectives (coll_shm.c) */
 
-void dri_shm_barrier_arrive(uint64_t seq)
+int dri_shm_all_local(void)
 {
-	__atomic_store_n(&blk(M.me)->barrier_seq, seq + 1, __ATOMIC_SEQ_CST);
-	for (int l = 0; l < (int)M.h->nranks; l++)
-		if (l != M.me && M.world[l] >= 0)
-			notify(l);
+	return M.on && M.h && M.h->coll_half && M.size > 1 &&
+	       M.npeers == M.size - 1;
 }
 
-int dri_shm_barrier_missing(uint64_t seq)
+dri_seg_rank *dri_shm_blk(int peer)
 {
-	for (int l = 0; l < (int)M.h->nranks; l++)
-		if (l != M.me && M.world[l] >= 0 &&
-		    __atomic_load_n(&blk(l)->barrier_seq, __ATOMIC_ACQUIRE) <
-			    seq + 1)
-			return M.world[l];
-	return -1;
+	return blk(M.local ? (peer == M.rank ? M.me : M.local[peer]) : M.me);
 }
 
-int dri_shm_in_barrier(int peer, uint64_t seq)
+void *dri_shm_slot(int peer, int half)
 {
-	return dri_shm_is_peer(peer) &&
-	       __atomic_load_n(&blk(M.local[peer])->barrier_seq,
-			       __ATOMIC_ACQUIRE) == seq + 1;
+	int l = peer == M.rank ? M.me : M.local[peer];
+
+	return (unsigned char *)M.h + M.h->coll_off +
+	       (2 * (uint64_t)l + (uint64_t)half) * M.h->coll_half;
+}
+
+size_t dri_shm_slot_bytes(void)
+{
+	return M.h ? (size_t)M.h->coll_half : 0;
+}
+
+void dri_shm_ring_peer(int peer)
+{
+	dri_seg_rank *b;
+
+	if (peer == M.rank || !dri_shm_is_peer(peer))
+		return;
+	b = blk(M.local[peer]);
+	if (__atomic_load_n(&b->waiting, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&b->doorbell, 1, __ATOMIC_SEQ_CST);
+		futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
+	}
+}
+
+void dri_shm_want(const uint64_t *word, uint64_t val)
+{
+	M.want_val = val;
+	__atomic_store_n(&M.want, word, __ATOMIC_SEQ_CST);
+}
+
+int dri_shm_pending(void)
+{
+	return has_ready(blk(M.me)) ||
+	       __atomic_load_n(&M.h->abort, __ATOMIC_ACQUIRE);
+}
+
+int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
+		      dri_msg_id *id)
+{
+	dri_seg_call *c;
+
+	if (!dri_shm_is_peer(peer) || k < 0 || k > 1)
+		return 0;
+	c = &blk(M.local[peer])->call[k];
+	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
+	    (phase && __atomic_load_n(&c->phase, __ATOMIC_ACQUIRE) != phase))
+		return 0;
+	memset(id, 0, sizeof(*id));
+	id->coll = (uint32_t)__atomic_load_n(&c->coll, __ATOMIC_RELAXED);
+	id->seq = seq;
+	id->count = __atomic_load_n(&c->count, __ATOMIC_RELAXED);
+	id->dtype = __atomic_load_n(&c->dtype, __ATOMIC_RELAXED);
+	id->op = __atomic_load_n(&c->op, __ATOMIC_RELAXED);
+	id->root = __atomic_load_n(&c->root, __ATOMIC_RELAXED);
+	/* Still that call: the peer did not move on while we read. */
+	return __atomic_load_n(&c->seq, __ATOMIC_SEQ_CST) == seq + 1;
+}
+
+int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id)
+{
+	return dri_shm_read_call(peer, 0, seq, 0, id) ||
+	       dri_shm_read_call(peer, 1, seq, 0, id);
 }

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "seg.h"
 #include "wire.h"
 
 /* Before the rendezvous: the transport asked for (the init option, else
@@ -75,15 +76,31 @@ void dri_shm_wake(void);
 /* Whether ranks on this host outnumber the CPUs this process may use. */
 int dri_shm_oversubscribed(void);
 
-/* The world barrier through the segment, for jobs whose ranks all share
- * it (transport.h's dri_transport_barrier): arrive publishes that this
- * rank entered the barrier of sequence number seq and rings the peers;
- * missing gives a rank that has not yet (-1: none); in_barrier tells
- * whether peer is in that very barrier (a rank whose call of that seq is
- * another one has a mismatch). */
-#define DRI_SHM_BARRIER_MAX 16
-void dri_shm_barrier_arrive(uint64_t seq);
-int dri_shm_barrier_missing(uint64_t seq);
-int dri_shm_in_barrier(int peer, uint64_t seq);
+/* The collectives through the segment (coll_shm.c), for jobs whose
+ * ranks all share it.  all_local: every peer is in shared memory and the
+ * segment has slots.  blk: the block of world rank peer (this rank's
+ * own too); slot: half (0 or 1) of peer's collective slot, slot_bytes
+ * bytes each.  ring_peer wakes peer if it sleeps in dri_shm_wait (no
+ * ready bit: a flag changed, not a ring).  want: dri_shm_wait sleeps
+ * only while *word < val (NULL: no flag).  pending: bytes in a ring for
+ * us, or the launcher's abort: the transport must look.  peer_call: 1
+ * with the peer's published call in *id if it is in the world call of
+ * sequence seq through flags (a receive of that seq from it would never
+ * come: the calls differ). */
+#define DRI_SHM_FLAT_MAX 16 /* beyond, a tree of flags */
+#define DRI_SHM_TREE_K 8     /* children per rank in the tree */
+int dri_shm_all_local(void);
+dri_seg_rank *dri_shm_blk(int peer);
+void *dri_shm_slot(int peer, int half);
+size_t dri_shm_slot_bytes(void);
+void dri_shm_ring_peer(int peer);
+void dri_shm_want(const uint64_t *word, uint64_t val);
+int dri_shm_pending(void);
+int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id);
+/* The same from peer's record k (0 or 1), only if it is of phase phase
+ * (0: any). */
+int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
+		      dri_msg_id *id);
+
 
 #endif /* DRI_SHM_H */

@@ -34,7 +34,10 @@
  * everything above the bytes (matching, mismatch checks, parking, ABORT
  * and BYE) is the same code for both.  Such a peer is up from the start
  * (the segment is the job's own: no handshake), and a wait with only
- * shared-memory peers sleeps on a futex instead of poll().
+ * shared-memory peers sleeps on a futex instead of poll().  Collectives
+ * of the world through the segment's flags and slots (coll_shm.c) wait
+ * here too (dri_transport_flag_wait), with the same abort, death and
+ * mismatch checks.
  *
  * Failure is final: a mismatch, a dead peer or a timeout aborts the whole
  * transport; connected peers get an ABORT frame (with the message) or see
@@ -1869,28 +1872,35 @@ static void cancel_locked(dri_req *r)
 }
 
 /* A receive of a call of the world group from a peer that is in the
- * world barrier of the same seq instead: the peer will never send it
- * (that barrier goes through flags, dri_transport_barrier), so the calls
- * differ.  Looked at before each sleep. */
-static void check_barrier_peers_locked(const dri_req *reqs, int n)
+ * world call of the same seq through flags instead (coll_shm.c): the
+ * peer will never send it, so the calls differ.  Looked at before each
+ * sleep.  The lower rank is named first, as the flags name them. */
+static void check_flag_peers_locked(const dri_req *reqs, int n)
 {
 	for (int k = 0; k < n && !tp.abort_err; k++) {
 		const dri_req *r = &reqs[k];
-		char mine[256];
+		char mine[256], theirs[256];
+		dri_msg_id pid;
 
-		if (r->complete || r->id.group_id || r->id.coll == DRI_BARRIER ||
-		    r->id.coll == DRI_P2P || !dri_shm_in_barrier(r->peer, r->id.seq))
+		if (r->complete || r->id.group_id || r->id.coll == DRI_P2P ||
+		    !dri_shm_peer_call(r->peer, r->id.seq, &pid))
 			continue;
 		dri_msg_id_describe(&r->id, mine, sizeof(mine));
-		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d called "
-			     "%s (seq %llu)", r->peer, dri_coll_name(DRI_BARRIER),
-			     tp.rank, mine, (unsigned long long)r->id.seq);
+		dri_msg_id_describe(&pid, theirs, sizeof(theirs));
+		if (r->peer < tp.rank)
+			abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
+				     "called %s (seq %llu)", r->peer, theirs,
+				     tp.rank, mine, (unsigned long long)r->id.seq);
+		else
+			abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
+				     "called %s (seq %llu)", tp.rank, mine,
+				     r->peer, theirs, (unsigned long long)r->id.seq);
 	}
 }
 
-/* A message of the world group from a call at or before the barrier's
- * that nobody has received: the calls differed (as the barrier's receive
- * of it would have found over TCP).  One of this very seq is given
+/* A message of the world group from a call at or before one that goes
+ * through flags (coll_shm.c) that nobody has received: the calls
+ * differed (as a receive of it would have found over TCP).  One of this very seq is given
  * LATE_MS first: the peer that sent it sees our flag as soon as it waits,
  * and names the calls in the order TCP's receiver would. */
 #define LATE_MS 50
@@ -1935,53 +1945,61 @@ static void call_deadline(const dri_msg_id *id, int64_t *deadline,
 	}
 }
 
-int dri_transport_barrier(const dri_msg_id *id, dr_err *err)
+dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
+			       void *arg, int64_t t0_ms)
 {
-	int64_t timeout_ms, deadline, t0;
+	int64_t timeout_ms, deadline;
 	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
 	int shown = -1;
+	dr_err err;
 
-	pthread_mutex_lock(&tp.mu);
-	if (!tp.on || id->group_id || tp.size < 2 ||
-	    tp.size > DRI_SHM_BARRIER_MAX || dri_shm_npeers() != tp.size - 1) {
-		pthread_mutex_unlock(&tp.mu);
-		return 0;
-	}
-	t0 = dri_now_ms();
 	call_deadline(id, &deadline, &timeout_ms);
-	if (!tp.abort_err)
-		dri_shm_barrier_arrive(id->seq);
+	pthread_mutex_lock(&tp.mu);
 	while (!tp.abort_err) {
-		int late = dri_shm_barrier_missing(id->seq);
+		int late = waiting_for(arg);
 		int64_t now = dri_now_ms(), left = deadline - now;
 
-		if (late < 0) {
-			/* What the peers sent before they arrived is in the
-			 * rings now: a message left over is a mismatch. */
-			drain_rings_locked();
-			check_stale_locked(id, now - t0);
+		if (late < 0)
 			break;
-		}
-		check_stale_locked(id, now - t0);
+		check_stale_locked(id, now - t0_ms);
 		if (tp.abort_err)
 			break;
 		if (late != shown) /* for the launcher: the rank we wait for */
 			dri_ctl_wait(shown = late, 0);
 		dri_shm_watch(late); /* its death, as for a receive from it */
 		if (left <= 0) {
+			char what[256];
+
+			dri_msg_id_describe(id, what, sizeof(what));
 			abort_locked(DR_ETIMEDOUT, "rank %d: timed out after %lld "
-				     "ms in barrier (seq %llu) waiting for rank %d",
-				     tp.rank, (long long)timeout_ms,
+				     "ms in %s (seq %llu) waiting for rank %d",
+				     tp.rank, (long long)timeout_ms, what,
 				     (unsigned long long)id->seq, late);
 			break;
 		}
 		step_locked(left, spin_end && now_us() < spin_end);
 	}
-	*err = tp.abort_err;
-	if (*err)
-		dri_fail(*err, "%s", tp.abort_msg);
+	err = tp.abort_err;
+	if (err)
+		dri_fail(err, "%s", tp.abort_msg);
 	pthread_mutex_unlock(&tp.mu);
-	return 1;
+	return err;
+}
+
+dr_err dri_transport_stale_check(const dri_msg_id *id)
+{
+	dr_err err;
+
+	pthread_mutex_lock(&tp.mu);
+	if (!tp.abort_err) {
+		drain_rings_locked();
+		check_stale_locked(id, LATE_MS);
+	}
+	err = tp.abort_err;
+	if (err)
+		dri_fail(err, "%s", tp.abort_msg);
+	pthread_mutex_unlock(&tp.mu);
+	return err;
 }
 
 /* deadline 0: the earliest of the requests' calls' (call_deadline); else
@@ -2041,7 +2059,7 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t deadline,
 		 * buffer's worth), block once nothing happened for spin_us. */
 		int spinning = spin_end && now_us() < spin_end;
 		if (!spinning && dri_shm_npeers()) {
-			check_barrier_peers_locked(reqs + i, n - i);
+			check_flag_peers_locked(reqs + i, n - i);
 			if (tp.abort_err)
 				break;
 		}

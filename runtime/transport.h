@@ -81,9 +81,17 @@ void dri_transport_progress(int64_t timeout_ms);
  * dri_waitall). */
 void dri_transport_wake(void);
 
-/* Runs the barrier of id (world group) through the shared-memory flags
- * and returns 1 with *err set, or returns 0 if it does not apply (a
- * subgroup, peers over TCP, more than DRI_SHM_BARRIER_MAX ranks). */
-int dri_transport_barrier(const dri_msg_id *id, dr_err *err);
+/* For the collectives through the segment's flags (coll_shm.c): waits,
+ * as a receive does (the launcher's abort word, the peers' deaths, the
+ * call's deadline, messages of a call that differs from id's, looked at
+ * as of t0_ms, when the call started), until waiting_for(arg) returns -1;
+ * it returns the world rank still waited for otherwise.  DR_OK or the
+ * error, the group then aborted and the message set. */
+dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
+			       void *arg, int64_t t0_ms);
+/* Reads what the rings hold and fails the group with DR_EMISMATCH if a
+ * message of a world call at or before id's is there (it names both
+ * calls better than the flags can); returns the group's error. */
+dr_err dri_transport_stale_check(const dri_msg_id *id);
 
 #endif

@@ -109,16 +109,17 @@ refused() {
 	grep -q "DR_EENV: DISTRUN_HOST_ID='a b'" <<<"$output"
 }
 
-# kill_fails_fast N BYTES: the last rank SIGKILLs itself in an all_reduce
-# of BYTES; every other rank gets DR_EPEER naming it (from the segment's
-# abort word), well before DISTRUN_TIMEOUT and bats' own 60 s.
+# kill_fails_fast N BYTES [COLL]: the last rank SIGKILLs itself in an
+# all_reduce (or COLL) of BYTES; every other rank gets DR_EPEER naming it
+# (from the segment's abort word), well before DISTRUN_TIMEOUT and bats'
+# own 60 s.
 kill_fails_fast() {
-	check "$1" kill "$2"
+	check "$1" kill "$2" "${3:-all_reduce}"
 	echo "$output"
 	local last=$(($1 - 1))
 	grep -q "distrun: rank $last was killed by SIGKILL" <<<"$output"
 	for ((r = 0; r < last; r++)); do
-		grep -q "^\[$r\] rank $r: DR_EPEER: .*rank $last" <<<"$output"
+		grep -q "^\[ *$r\] rank $r: DR_EPEER: .*rank $last" <<<"$output"
 	done
 	! grep -q 'DR_ETIMEDOUT' <<<"$output"
 }
@@ -135,12 +136,89 @@ kill_fails_fast() {
 	DISTRUN_PRETEND_HOSTS=2 kill_fails_fast 4 $((1 << 20))
 }
 
+@test "a rank SIGKILLed in a 64 MiB broadcast or a small all_gather through the segment's slots fails the others" {
+	kill_fails_fast 3 $((64 << 20)) broadcast
+	kill_fails_fast 4 4096 all_gather
+}
+
+@test "a rank SIGKILLed in a barrier of 20 ranks (a tree of flags) fails the others with DR_EPEER" {
+	kill_fails_fast 20 0 barrier
+}
+
 @test "a rank that exits without a word fails its peers' next call with DR_EPEER (death watch)" {
 	check 3 exit0
 	echo "$output"
 	[ "$status" -eq 0 ]
 	grep -q '^\[0\] rank 0: DR_EPEER: .*rank 2 (its process exited)' <<<"$output"
 	grep -q '^\[1\] rank 1: DR_EPEER: .*rank 2' <<<"$output"
+}
+
+# exact N MAX [ENV...]: shm_check exact on N ranks: every collective
+# checked bit for bit against the rank-order sum.
+exact() {
+	local n=$1 max=$2; shift 2
+	run env "$@" timeout 240 "$DISTRUN" -n "$n" "$CTESTS/shm_check" exact "$max"
+	[ "$status" -eq 0 ] || { echo "$output" | tail; return 1; }
+	[ "$(grep -c ': exact ok$' <<<"$output")" -eq "$n" ]
+}
+
+@test "collectives through the segment: every rank gets the sum in rank order, bit for bit" {
+	exact 2 $((20 << 20))
+	exact 3 $((8 << 20))
+	# many chunks, pieces cut unevenly
+	exact 5 $((2 << 20)) DISTRUN_SHM_CHUNK=4096
+}
+
+@test "the same check can fail: messages sum in another order" {
+	# The check is not vacuous: the message algorithms (the collectives
+	# through the rings) round some of these sums differently.
+	run env DISTRUN_SHM_COLL=0 timeout 120 "$DISTRUN" -n 3 "$CTESTS/shm_check" exact $((1 << 20))
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q 'element .* want' <<<"$output"
+}
+
+@test "beyond 16 ranks the collectives go through a tree of flags: 20 and 256 ranks" {
+	exact 20 $((256 << 10))
+	exact 256 4096
+}
+
+@test "DISTRUN_SHM_COLL=0: the collectives go as messages through the rings, and agree" {
+	run env DISTRUN_SHM_COLL=0 timeout 240 "$DISTRUN" -n 3 "$CTESTS/coll_check" all
+	[ "$status" -eq 0 ] || { echo "$output" | tail; false; }
+	[ "$(grep -c ': ok$' <<<"$output")" -eq 3 ]
+}
+
+@test "a call that differs from the others' through the flags: DR_EMISMATCH on every rank, naming both" {
+	check 3 differ count
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'DR_EMISMATCH: rank 0 called all_reduce(count=8, float32, sum) but rank 1 called all_reduce(count=9, float32, sum)' <<<"$output")" -eq 3 ]
+	# in a tree, the parent of the odd one sees it and tells everyone
+	check 20 differ count
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'DR_EMISMATCH: rank 1 called all_reduce(count=8, float32, sum) but rank 10 called all_reduce(count=9, float32, sum)' <<<"$output")" -eq 20 ]
+}
+
+@test "flags against messages (all_reduce against all_to_all_v): DR_EMISMATCH on every rank" {
+	check 3 differ msgs
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'DR_EMISMATCH: rank 0 called all_reduce(count=8, float32, sum) but rank 1 called all_to_all_v' <<<"$output")" -eq 3 ]
+}
+
+@test "a rank that does not come: the others fail at the call's deadline, naming the rank they wait for" {
+	DISTRUN_TIMEOUT=2s check 3 late 5
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: DR_ETIMEDOUT: rank [01]: timed out after 2000 ms in all_reduce(count=16777216, float32, sum) (seq 2) waiting for rank 2' <<<"$output"
+	grep -q '^\[1\] rank 1: DR_ETIMEDOUT: .*waiting for rank 2' <<<"$output"
+	# through the tree: the rank named is the late one, not its parent
+	DISTRUN_TIMEOUT=2s check 20 late 5
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'DR_ETIMEDOUT: .*waiting for rank 19' <<<"$output")" -eq 19 ]
 }
 
 holding() {

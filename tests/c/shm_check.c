@@ -6,7 +6,9 @@
  *                 rank count, this rank's slot and the segment's size;
  *                 checks that its control block is where the layout says
  *                 and that the API refuses slots out of range
- *   kill BYTES    all_reduce of BYTES bytes (float32) in a loop; after
+ *   kill BYTES [COLL]
+ *                 all_reduce (or COLL: broadcast, all_gather, barrier) of
+ *                 BYTES bytes (float32) in a loop; after
  *                 three rounds the last rank SIGKILLs itself at the start
  *                 of the fourth; the others print the error they get
  *                 ("rank R: DR_EPEER: ...") and exit 0 if it is DR_EPEER
@@ -17,11 +19,26 @@
  *                 inode I", then sleeps until killed (for the tests that
  *                 kill a rank, distrun or everything)
  *   rss           prints "rank R: rss KB" (VmRSS) after init and a few
- *                 collectives, for the benchmark's RSS column
+ *                 collectives (small, and a 1 MiB all_reduce), for the
+ *                 benchmark's RSS figures
+ *   exact MAX     every collective at sizes up to MAX bytes per rank, with
+ *                 float32 values whose sum depends on the order it is
+ *                 taken in: each rank checks every element bit for bit
+ *                 against the sum in rank order (0, 1, ... p-1) it
+ *                 computes itself, and the data collectives against the
+ *                 values sent; prints "rank R: exact ok"
+ *   differ KIND   rank size/2 calls something else than the others'
+ *                 all_reduce(count=8): KIND count (count 9), or msgs
+ *                 (all_to_all_v, which goes as messages); every rank
+ *                 prints the error it gets and exits 0 on DR_EMISMATCH
+ *   late SECONDS  the last rank sleeps SECONDS before a 64 MiB all_reduce;
+ *                 the others print the error they get and exit 0 on
+ *                 DR_ETIMEDOUT (run with a short --timeout)
  *
  * Anything unexpected prints "rank R: ..." on stderr and exits 1.
  */
 #include <distrun.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,10 +93,10 @@ static int mode_info(void)
 	return 0;
 }
 
-static int mode_kill(size_t bytes)
+static int mode_kill(size_t bytes, const char *coll)
 {
 	size_t count = bytes / 4 ? bytes / 4 : 1;
-	float *buf = calloc(count, sizeof(float));
+	float *buf = calloc(count * (size_t)(size + 1), sizeof(float));
 
 	if (!buf)
 		DIE("out of memory");
@@ -93,7 +110,16 @@ static int mode_kill(size_t bytes)
 			fflush(stdout);
 			raise(SIGKILL);
 		}
-		e = dr_all_reduce(buf, count, DR_FLOAT32, DR_SUM, NULL, NULL);
+		if (!strcmp(coll, "broadcast"))
+			e = dr_broadcast(buf, count, DR_FLOAT32, 0, NULL, NULL);
+		else if (!strcmp(coll, "all_gather"))
+			e = dr_all_gather(buf, buf + count, count, DR_FLOAT32,
+					  NULL, NULL);
+		else if (!strcmp(coll, "barrier"))
+			e = dr_barrier(NULL, NULL, NULL, 0);
+		else
+			e = dr_all_reduce(buf, count, DR_FLOAT32, DR_SUM, NULL,
+					  NULL);
 		if (e) {
 			printf("rank %d: %s: %s\n", rank, dr_err_name(e),
 			       dr_last_error());
@@ -121,13 +147,20 @@ static int mode_exit0(void)
 static int mode_rss(void)
 {
 	float x[1024] = { 0 };
+	size_t big = (1u << 20) / sizeof(float);
+	float *y = calloc(big, sizeof(float));
 	char line[256];
 	FILE *f;
 
+	if (!y)
+		DIE("out of memory");
 	for (int i = 0; i < 10; i++) {
 		TRY(dr_all_reduce(x, 1024, DR_FLOAT32, DR_SUM, NULL, NULL));
 		TRY(dr_barrier(NULL, NULL, NULL, 0));
 	}
+	/* and a large one: the slots of every rank, or the ring's scratch */
+	TRY(dr_all_reduce(y, big, DR_FLOAT32, DR_SUM, NULL, NULL));
+	free(y);
 	f = fopen("/proc/self/status", "r");
 	while (f && fgets(line, sizeof(line), f))
 		if (!strncmp(line, "VmRSS:", 6))
@@ -135,6 +168,170 @@ static int mode_rss(void)
 	if (f)
 		fclose(f);
 	return 0;
+}
+
+/* Element i of rank r's data: magnitudes from 2^-12 to 2^12 and both
+ * signs, so that a float sum rounds differently in another order. */
+static float val(int r, size_t i)
+{
+	float m = 1.0f + (float)((r * 7919 + i * 104729) % 1000) / 1000.0f;
+	int e = (int)((r + i) % 3) * 12 - 12;
+
+	m = ldexpf(m, e);
+	return (r + i) % 2 ? -m : m;
+}
+
+/* The sum of element i over ranks 0 .. size-1, of data block j, in rank
+ * order. */
+static float sum_in_order(size_t i)
+{
+	volatile float acc = val(0, i);
+
+	for (int r = 1; r < size; r++)
+		acc = acc + val(r, i);
+	return acc;
+}
+
+static void expect(const char *what, size_t count, const float *got,
+		   float (*want)(size_t, void *), void *arg)
+{
+	for (size_t i = 0; i < count; i++) {
+		float w = want(i, arg);
+
+		if (memcmp(&w, &got[i], sizeof(w)))
+			DIE("%s count %zu: element %zu is %.9g, want %.9g", what,
+			    count, i, (double)got[i], (double)w);
+	}
+}
+
+static float want_sum(size_t i, void *arg)
+{
+	return sum_in_order(i + *(size_t *)arg);
+}
+
+/* block b of element i: rank b's element off + i */
+struct from { int r; size_t off; };
+static float want_val(size_t i, void *arg)
+{
+	const struct from *f = arg;
+
+	return val(f->r, f->off + i);
+}
+
+static int mode_exact(size_t max)
+{
+	size_t counts[] = { 1, 2, 7, 100, 1000, 4099, 65536, 300001, 4u << 20 };
+	float *a = malloc(max * (size_t)size + 64), *b = malloc(max * (size_t)size + 64);
+
+	if (!a || !b)
+		DIE("out of memory");
+	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+		size_t n = counts[k], zero = 0;
+		int last = size - 1;
+
+		if (n * 4 > max)
+			break;
+		for (size_t i = 0; i < n; i++)
+			a[i] = val(rank, i);
+		TRY(dr_all_reduce(a, n, DR_FLOAT32, DR_SUM, NULL, NULL));
+		expect("all_reduce", n, a, want_sum, &zero);
+
+		for (size_t i = 0; i < n; i++)
+			a[i] = val(rank, i);
+		TRY(dr_reduce(a, n, DR_FLOAT32, DR_SUM, last, NULL, NULL));
+		if (rank == last)
+			expect("reduce", n, a, want_sum, &zero);
+		else
+			expect("reduce (not the root's, kept)", n, a, want_val,
+			       &(struct from){ rank, 0 });
+
+		for (size_t i = 0; i < n * (size_t)size; i++)
+			a[i] = val(rank, i);
+		TRY(dr_reduce_scatter(a, b, n, DR_FLOAT32, DR_SUM, NULL, NULL));
+		{
+			size_t off = (size_t)rank * n;
+			expect("reduce_scatter", n, b, want_sum, &off);
+		}
+
+		for (size_t i = 0; i < n; i++)
+			a[i] = rank == 1 % size ? val(1, i) : 0;
+		TRY(dr_broadcast(a, n, DR_FLOAT32, 1 % size, NULL, NULL));
+		expect("broadcast", n, a, want_val, &(struct from){ 1 % size, 0 });
+
+		for (size_t i = 0; i < n; i++)
+			a[i] = val(rank, i);
+		TRY(dr_all_gather(a, b, n, DR_FLOAT32, NULL, NULL));
+		for (int r = 0; r < size; r++)
+			expect("all_gather", n, b + (size_t)r * n, want_val,
+			       &(struct from){ r, 0 });
+		TRY(dr_gather(a, b, n, DR_FLOAT32, last, NULL, NULL));
+		for (int r = 0; rank == last && r < size; r++)
+			expect("gather", n, b + (size_t)r * n, want_val,
+			       &(struct from){ r, 0 });
+
+		for (size_t i = 0; i < n * (size_t)size; i++)
+			a[i] = val(rank, i);
+		TRY(dr_scatter(a, b, n, DR_FLOAT32, 0, NULL, NULL));
+		expect("scatter", n, b, want_val,
+		       &(struct from){ 0, (size_t)rank * n });
+		TRY(dr_all_to_all(a, b, n, DR_FLOAT32, NULL, NULL));
+		for (int r = 0; r < size; r++)
+			expect("all_to_all", n, b + (size_t)r * n, want_val,
+			       &(struct from){ r, (size_t)rank * n });
+		TRY(dr_barrier(NULL, NULL, NULL, 0));
+	}
+	printf("rank %d: exact ok\n", rank);
+	free(a);
+	free(b);
+	return 0;
+}
+
+static int mode_differ(const char *kind)
+{
+	float buf[16] = { 0 };
+	size_t counts[64];
+	dr_err e;
+
+	for (int i = 0; i < 64; i++)
+		counts[i] = 0;
+	if (size > 32)
+		DIE("differ runs on at most 32 ranks");
+	counts[0] = counts[size] = 1; /* rank 0's piece, both ways */
+	/* A rank that sees the mismatch may abort while another is still
+	 * leaving this barrier (in a tree, the release travels down): that
+	 * one reports it here. */
+	e = dr_barrier(NULL, NULL, NULL, 0);
+	if (e)
+		;
+	else if (rank != size / 2)
+		e = dr_all_reduce(buf, 8, DR_FLOAT32, DR_SUM, NULL, NULL);
+	else if (!strcmp(kind, "count"))
+		e = dr_all_reduce(buf, 9, DR_FLOAT32, DR_SUM, NULL, NULL);
+	else
+		e = dr_all_to_all_v(buf, counts, buf + 8, counts + size,
+				    DR_FLOAT32, NULL, NULL);
+	printf("rank %d: %s: %s\n", rank, dr_err_name(e), dr_last_error());
+	fflush(stdout);
+	_exit(e == DR_EMISMATCH ? 0 : 1);
+}
+
+static int mode_late(int seconds)
+{
+	size_t count = (64u << 20) / 4;
+	float *buf = calloc(count, sizeof(float));
+	dr_err e;
+
+	if (!buf)
+		DIE("out of memory");
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	if (rank == size - 1) {
+		sleep((unsigned)seconds);
+		_exit(0);
+	}
+	e = dr_all_reduce(buf, count, DR_FLOAT32, DR_SUM, NULL, NULL);
+	printf("rank %d: %s: %s\n", rank, dr_err_name(e), dr_last_error());
+	fflush(stdout);
+	_exit(e == DR_ETIMEDOUT ? 0 : 1);
 }
 
 /* The inode of our mapping of the segment, from /proc/self/maps ("-" if
@@ -171,7 +368,14 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "info"))
 		rc = mode_info();
 	else if (!strcmp(mode, "kill") && argc > 2)
-		rc = mode_kill((size_t)strtoull(argv[2], NULL, 0));
+		rc = mode_kill((size_t)strtoull(argv[2], NULL, 0),
+			       argc > 3 ? argv[3] : "all_reduce");
+	else if (!strcmp(mode, "differ") && argc > 2)
+		rc = mode_differ(argv[2]);
+	else if (!strcmp(mode, "late") && argc > 2)
+		rc = mode_late(atoi(argv[2]));
+	else if (!strcmp(mode, "exact") && argc > 2)
+		rc = mode_exact((size_t)strtoull(argv[2], NULL, 0));
 	else if (!strcmp(mode, "exit0"))
 		rc = mode_exit0();
 	else if (!strcmp(mode, "rss"))

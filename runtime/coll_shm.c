@@ -1,0 +1,711 @@
+/*
+ * coll_shm.c - the world's collectives through the job's segment, when
+ * every rank shares this host's segment: flags and slots in shared
+ * memory instead of messages through the rings.
+ *
+ * A call is a sequence of phases.  In each, a rank writes what the others
+ * need into its own slot, arrives (stores the phase number in its block's
+ * up word), waits until every rank has arrived, then reads the others'
+ * slots.  Up to DRI_SHM_FLAT_MAX ranks, each rank looks at every other's
+ * up word; beyond, a tree of flags (arity TREE_K): a rank arrives once
+ * its children have, the root then releases its children through its
+ * down word, and they theirs, so that a phase costs O(1) flags per rank
+ * and wakes only the ranks that wait on the flag that changed.
+ *
+ * Slots: each rank has two halves of dri_shm_slot_bytes() (seg.h).  A
+ * "use" of a half is one chunk of a call: written before a phase, read
+ * after it (and after the next one, for the large all_reduce's result).
+ * Uses alternate halves, the same on every rank, so a half is written
+ * again only two uses later: after a phase that every rank reached only
+ * once done reading it.  No phase waits for readers on its own.
+ *
+ * Algorithms (every rank reads in rank order, so every rank gets the same
+ * bits, and the result does not depend on which rank computed it):
+ *   all_reduce, small: each writes its buffer, one phase, each reduces
+ *     all p slots in rank order into its own buffer.
+ *   all_reduce, large: per chunk, reduce-scatter then all-gather through
+ *     the slots: each rank copies the pieces of the others into its slot,
+ *     one phase, rank j reduces piece j of all ranks (its own from its
+ *     buffer) in rank order and writes it into its slot and buffer, one
+ *     phase, each copies the others' reduced pieces out.  Every byte is
+ *     copied once in and once out; no rank waits on another's reduction
+ *     except at the phase.
+ *   broadcast: the root copies a chunk in, one phase, the others copy it
+ *     out while the root copies the next one into the other half.
+ *   reduce_scatter, all_gather, gather, scatter, all_to_all, reduce: the
+ *     same pattern, one or two phases per chunk.
+ *
+ * Waiting: a rank first spins on the flag without the transport's lock
+ * (pausing and yielding every 16th look, or yielding at every look when
+ * ranks outnumber the cores it may use), for DISTRUN_SPIN_US at most; then it waits in the transport
+ * (dri_transport_flag_wait), which sleeps on the rank's doorbell futex
+ * and looks at the launcher's abort word, the peers' processes, the
+ * deadline and messages that show a mismatched call.  An arriving rank
+ * wakes only the ranks it may be waited for by, and only if they sleep.
+ *
+ * Mismatches: before it arrives at a call's first phase, a rank
+ * publishes the call (seq, collective, count, dtype, op, root).  Once all
+ * have arrived there, each compares every rank's call with rank 0's (in a
+ * tree, a rank compares its children's with its own) and fails the group
+ * with DR_EMISMATCH naming both, lower rank first; a peer waiting for a
+ * message of that seq from us sees our published call instead
+ * (transport.c).
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "coll.h"
+#include "coll_shm.h"
+#include "shm.h"
+#include "transport.h"
+
+/* Up to DRI_SHM_FLAT_MAX ranks every rank looks at every other's flag;
+ * beyond, a tree with TREE_K children per rank (shm.h: shm.c watches
+ * the processes of the same ranks). */
+#define TREE_K DRI_SHM_TREE_K
+/* Reductions go through an accumulator of this many bytes, which stays
+ * in the cache while the p inputs stream past it. */
+#define ACC_BYTES ((size_t)32 << 10)
+/* all_reduce: at most this many bytes per rank take the one-phase path
+ * (each rank reads p buffers), and at most SMALL_TOTAL for all ranks. */
+#define SMALL_BYTES ((size_t)16 << 10)
+#define SMALL_TOTAL ((size_t)256 << 10)
+
+/* This process's place in the sequence of phases and uses (the same on
+ * every rank), and its settings.  Only the world group's calls come
+ * here, one at a time (group.c orders them). */
+static struct {
+	uint64_t phase;
+	unsigned use;
+	int configured, off, oversub;
+	int64_t spin_us;
+	size_t chunk;          /* bytes of a half used per phase */
+	const char *in[DRI_SEG_SHM_MAX]; /* reduction inputs, rank order */
+} S;
+
+/* The call being run. */
+struct call {
+	const dri_op *op;
+	int p, r;
+	int tree, first;
+	uint64_t e;            /* the phase waited for */
+	int cursor, stage;     /* how far waiting_for got */
+	int bad;               /* tree: a child whose call differs, or -1 */
+	int64_t t0;            /* when it started (the deadline is in op->id) */
+};
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static void configure(void)
+{
+	const char *e = getenv("DISTRUN_SHM_COLL"), *spin = getenv("DISTRUN_SPIN_US");
+
+	S.off = e && !strcmp(e, "0");
+	S.spin_us = spin && *spin ? atoll(spin) : 100;
+	if (S.spin_us < 0)
+		S.spin_us = 0;
+	S.oversub = dri_shm_oversubscribed();
+	S.chunk = dri_shm_slot_bytes();
+	if ((e = getenv("DISTRUN_SHM_CHUNK")) && atoll(e) >= 4096 &&
+	    (size_t)atoll(e) < S.chunk)
+		S.chunk = (size_t)atoll(e) / 64 * 64;
+	S.configured = 1;
+}
+
+/* ------------------------------------------------------------ flags */
+
+static uint64_t load(const uint64_t *w)
+{
+	return __atomic_load_n(w, __ATOMIC_ACQUIRE);
+}
+
+static void publish(uint64_t *w, uint64_t v)
+{
+	/* Sequentially consistent: a peer that raises its waiting flag and
+	 * then reads w, against our store and then our read of its flag
+	 * (dri_shm_ring_peer), cannot both miss. */
+	__atomic_store_n(w, v, __ATOMIC_SEQ_CST);
+}
+
+static int tree_parent(int r)
+{
+	return (r - 1) / TREE_K;
+}
+
+/* Whether two published calls are the same call. */
+static int same_call(const dri_msg_id *a, const dri_msg_id *b)
+{
+	return a->coll == b->coll && a->count == b->count &&
+	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+}
+
+/* Rank peer's call at phase e (its published one, or a call with coll 0
+ * when it is in another seq). */
+static void peer_call(const struct call *c, int peer, dri_msg_id *id)
+{
+	if (peer == c->r) {
+		*id = c->op->id;
+		return;
+	}
+	if (!dri_shm_read_call(peer, (int)(c->e & 1), c->op->id.seq, c->e, id))
+		memset(id, 0, sizeof(*id));
+}
+
+/* The tree's child of the first phase whose call differs from ours. */
+static int child_differs(const struct call *c, int child)
+{
+	dri_msg_id mine = c->op->id, theirs;
+
+	if (!c->first)
+		return 0;
+	peer_call(c, child, &theirs);
+	return !same_call(&mine, &theirs);
+}
+
+/* The first rank of child's subtree that has not arrived at c->e, as
+ * deep as it goes: the one to name and to watch (child itself if its
+ * children all have). */
+static int missing_below(const struct call *c, int child)
+{
+	for (int k = 1; k <= TREE_K && TREE_K * child + k < c->p; k++)
+		if (load(&dri_shm_blk(TREE_K * child + k)->up) < c->e) {
+			child = TREE_K * child + k;
+			k = 0;
+		}
+	return child;
+}
+
+/* The rank still waited for at phase c->e, or -1 once the phase is
+ * passed (then, in a tree, this rank has arrived and released its
+ * children).  Tells dri_shm_wait which flag to sleep on. */
+static int waiting_for(void *arg)
+{
+	struct call *c = arg;
+
+	if (!c->tree) {
+		for (; c->cursor < c->p; c->cursor++) {
+			dri_seg_rank *b;
+
+			if (c->cursor == c->r)
+				continue;
+			b = dri_shm_blk(c->cursor);
+			if (load(&b->up) < c->e) {
+				dri_shm_want(&b->up, c->e);
+				return c->cursor;
+			}
+		}
+		return -1;
+	}
+	if (c->stage == 0) {
+		for (; c->cursor < TREE_K; c->cursor++) {
+			int child = TREE_K * c->r + 1 + c->cursor;
+			dri_seg_rank *b;
+
+			if (child >= c->p)
+				break;
+			b = dri_shm_blk(child);
+			if (load(&b->up) < c->e) {
+				dri_shm_want(&b->up, c->e);
+				return missing_below(c, child);
+			}
+			if (child_differs(c, child)) {
+				c->bad = child;
+				return -1;
+			}
+		}
+		publish(&dri_shm_blk(c->r)->up, c->e);
+		if (c->r)
+			dri_shm_ring_peer(tree_parent(c->r));
+		c->stage = 1;
+	}
+	if (c->stage == 1) {
+		if (c->r) {
+			dri_seg_rank *b = dri_shm_blk(tree_parent(c->r));
+
+			if (load(&b->down) < c->e) {
+				dri_shm_want(&b->down, c->e);
+				/* The root waits for someone: name that
+				 * rank (and watch it) rather than our
+				 * parent. */
+				return missing_below(c, 0) ? missing_below(c, 0)
+							   : tree_parent(c->r);
+			}
+		}
+		publish(&dri_shm_blk(c->r)->down, c->e);
+		for (int k = 1; k <= TREE_K && TREE_K * c->r + k < c->p; k++)
+			dri_shm_ring_peer(TREE_K * c->r + k);
+		c->stage = 2;
+	}
+	return -1;
+}
+
+/* Spins on the flags without the transport's lock, for S.spin_us at
+ * most; 1 once the phase is passed, 0 to wait in the transport
+ * (something for it to look at: a ring, the launcher's abort). */
+static int spin_wait(struct call *c)
+{
+	int64_t end = 0;
+
+	for (unsigned k = 0;; k++) {
+		if (waiting_for(c) < 0)
+			return 1;
+		if (dri_shm_pending() || !S.spin_us)
+			return 0;
+		if (k % 16 == 15) {
+			int64_t t = now_us();
+
+			if (!end)
+				end = t + S.spin_us;
+			else if (t >= end)
+				return 0;
+		}
+		/* Yield now and then even with a core each: on a busy
+		 * machine the rank we wait for may share ours. */
+		if (S.oversub || k % 16 == 15)
+			sched_yield();
+		else
+			cpu_relax();
+	}
+}
+
+/* DR_EMISMATCH naming ranks a and b (a < b) and their calls; the group is
+ * aborted.  If a message shows the difference, transport.c names it. */
+static dr_err mismatch(const struct call *c, int a, int b)
+{
+	dri_msg_id ia, ib;
+	char da[256], db[256], msg[640];
+	dr_err err;
+
+	if ((err = dri_transport_stale_check(&c->op->id)))
+		return err;
+	peer_call(c, a, &ia);
+	peer_call(c, b, &ib);
+	dri_msg_id_describe(&ia, da, sizeof(da));
+	dri_msg_id_describe(&ib, db, sizeof(db));
+	snprintf(msg, sizeof(msg), "rank %d called %s but rank %d called %s "
+		 "(seq %llu)", a, ia.coll ? da : "another call", b,
+		 ib.coll ? db : "another call",
+		 (unsigned long long)c->op->id.seq);
+	dri_transport_abort(DR_EMISMATCH, msg);
+	return dri_fail(DR_EMISMATCH, "%s", msg);
+}
+
+/* One phase: arrive (this rank's writes for it are done), wait until
+ * every rank has. */
+static dr_err phase(struct call *c)
+{
+	dri_seg_rank *me = dri_shm_blk(c->r);
+	dr_err err = DR_OK;
+
+	c->e = ++S.phase;
+	c->cursor = c->stage = 0;
+	c->bad = -1;
+	if (c->first) {
+		const dri_msg_id *id = &c->op->id;
+		dri_seg_call *rec = &me->call[c->e & 1];
+
+		/* seq 0 while the fields change: a reader takes it for none */
+		publish(&rec->seq, 0);
+		__atomic_store_n(&rec->coll, (int32_t)id->coll, __ATOMIC_RELAXED);
+		__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
+		__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
+		__atomic_store_n(&rec->op, id->op, __ATOMIC_RELAXED);
+		__atomic_store_n(&rec->root, id->root, __ATOMIC_RELAXED);
+		__atomic_store_n(&rec->phase, c->e, __ATOMIC_RELAXED);
+		publish(&rec->seq, id->seq + 1);
+	}
+	if (!c->tree) {
+		publish(&me->up, c->e);
+		for (int i = 0; i < c->p; i++)
+			dri_shm_ring_peer(i);
+	}
+	if (!spin_wait(c))
+		err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0);
+	dri_shm_want(NULL, 0);
+	if (err)
+		return err;
+	if (c->bad >= 0)
+		return mismatch(c, c->r < c->bad ? c->r : c->bad,
+				c->r < c->bad ? c->bad : c->r);
+	if (c->first && !c->tree) {
+		dri_msg_id zero, other;
+
+		peer_call(c, 0, &zero);
+		for (int i = 1; i < c->p; i++) {
+			peer_call(c, i, &other);
+			if (!zero.coll || !same_call(&zero, &other))
+				return mismatch(c, 0, i);
+		}
+	}
+	c->first = 0;
+	return DR_OK;
+}
+
+/* The half of the slots for the next use. */
+static int next_half(void)
+{
+	return (int)(S.use++ & 1);
+}
+
+static char *slot(int r, int h)
+{
+	return dri_shm_slot(r, h);
+}
+
+/* out[0 .. n) = in[0] op in[1] op ... op in[p - 1] (S.in), in rank order,
+ * then AVG's division; also into out2 unless NULL.  out may be one of
+ * the inputs (each piece of it is read before it is written). */
+static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
+			     size_t n)
+{
+	dr_dtype dt = c->op->dtype;
+	size_t es = dr_dtype_size(dt), step = ACC_BYTES / es;
+	char *acc = dri_scratch_keep(ACC_BYTES);
+	dr_err err = DR_OK;
+
+	if (!acc)
+		return DR_ENOMEM;
+	for (size_t a = 0; a < n && !err; a += step) {
+		size_t k = n - a < step ? n - a : step;
+
+		memcpy(acc, S.in[0] + a * es, k * es);
+		for (int i = 1; i < c->p && !err; i++)
+			err = dri_reduce(acc, S.in[i] + a * es, k, dt, c->op->redop);
+		dri_reduce_finish(acc, k, dt, c->op->redop, c->p);
+		memcpy(out + a * es, acc, k * es);
+		if (out2)
+			memcpy(out2 + a * es, acc, k * es);
+	}
+	return err;
+}
+
+/* ------------------------------------------------------- algorithms */
+
+static dr_err barrier_shm(struct call *c)
+{
+	return phase(c);
+}
+
+/* Small all_reduce and reduce: every buffer in a slot, one phase, every
+ * rank (reduce: the root) reduces them all in rank order. */
+static dr_err reduce_small(struct call *c, int all)
+{
+	const dri_op *op = c->op;
+	size_t n = op->count * dr_dtype_size(op->dtype);
+	int h = next_half();
+	dr_err err;
+
+	memcpy(slot(c->r, h), op->buf, n);
+	if ((err = phase(c)))
+		return err;
+	if (!all && c->r != op->root)
+		return DR_OK;
+	for (int i = 0; i < c->p; i++)
+		S.in[i] = slot(i, h);
+	return reduce_ordered(c, op->buf, NULL, op->count);
+}
+
+/* Large all_reduce (all) and reduce (to op->root): chunks of a half,
+ * reduce-scattered then gathered through the slots. */
+static dr_err reduce_large(struct call *c, int all)
+{
+	const dri_op *op = c->op;
+	size_t es = dr_dtype_size(op->dtype), chunk = S.chunk / es;
+	char *buf = op->buf;
+	int p = c->p, r = c->r, root = all ? -1 : op->root;
+	dr_err err = DR_OK;
+
+	for (size_t c0 = 0; c0 < op->count && !err; c0 += chunk) {
+		size_t len = op->count - c0 < chunk ? op->count - c0 : chunk;
+		size_t mo = dri_block_off(len, p, r), mn = dri_block_off(len, p, r + 1) - mo;
+		char *base = buf + c0 * es;
+		int h = next_half();
+
+		for (int i = 0; i < p; i++) {
+			size_t o = dri_block_off(len, p, i);
+
+			if (i != r)
+				memcpy(slot(r, h) + o * es, base + o * es,
+				       (dri_block_off(len, p, i + 1) - o) * es);
+		}
+		if ((err = phase(c)))
+			break;
+		for (int i = 0; i < p; i++)
+			S.in[i] = (i == r ? base : slot(i, h)) + mo * es;
+		/* Our piece of the result: into our slot for the others, and
+		 * into our buffer if the result is ours to keep. */
+		if (r == root)
+			err = reduce_ordered(c, base + mo * es, NULL, mn);
+		else
+			err = reduce_ordered(c, slot(r, h) + mo * es,
+					     all ? base + mo * es : NULL, mn);
+		if (err || (err = phase(c)))
+			break;
+		if (!all && r != root)
+			continue;
+		for (int i = 0; i < p; i++) {
+			size_t o = dri_block_off(len, p, i);
+
+			if (i != r)
+				memcpy(base + o * es, slot(i, h) + o * es,
+				       (dri_block_off(len, p, i + 1) - o) * es);
+		}
+	}
+	return err;
+}
+
+static dr_err all_reduce_shm(struct call *c)
+{
+	size_t n = c->op->count * dr_dtype_size(c->op->dtype);
+
+	if (n <= SMALL_BYTES && n * (size_t)c->p <= SMALL_TOTAL)
+		return reduce_small(c, 1);
+	return reduce_large(c, 1);
+}
+
+static dr_err reduce_shm(struct call *c)
+{
+	size_t n = c->op->count * dr_dtype_size(c->op->dtype);
+
+	if (n <= SMALL_BYTES && n * (size_t)c->p <= SMALL_TOTAL)
+		return reduce_small(c, 0);
+	return reduce_large(c, 0);
+}
+
+static dr_err broadcast_shm(struct call *c)
+{
+	const dri_op *op = c->op;
+	size_t n = op->count * dr_dtype_size(op->dtype), chunk = S.chunk;
+	char *buf = op->buf;
+	dr_err err = DR_OK;
+
+	for (size_t a = 0; a < n && !err; a += chunk) {
+		size_t k = n - a < chunk ? n - a : chunk;
+		int h = next_half();
+
+		if (c->r == op->root)
+			memcpy(slot(c->r, h), buf + a, k);
+		if (!(err = phase(c)) && c->r != op->root)
+			memcpy(buf + a, slot(op->root, h), k);
+	}
+	return err;
+}
+
+/* all_gather (root < 0) and gather: each rank's block in chunks of a
+ * half; every rank (gather: the root) copies the others' out. */
+static dr_err gather_shm(struct call *c, int root)
+{
+	const dri_op *op = c->op;
+	size_t n = op->count * dr_dtype_size(op->dtype), chunk = S.chunk;
+	const char *in = op->sendbuf;
+	char *out = op->buf, *own = NULL;
+	int reads = root < 0 || c->r == root;
+	dr_err err = DR_OK;
+
+	if (reads && in != out + (size_t)c->r * n &&
+	    (uintptr_t)in < (uintptr_t)out + n * (size_t)c->p &&
+	    (uintptr_t)out < (uintptr_t)in + n) {
+		/* sendbuf inside recvbuf, elsewhere than our block */
+		if (!(own = dri_scratch_get(n))) {
+			dri_coll_abandon(DR_ENOMEM);
+			return DR_ENOMEM;
+		}
+		memcpy(own, in, n);
+		in = own;
+	}
+	for (size_t a = 0; a < n && !err; a += chunk) {
+		size_t k = n - a < chunk ? n - a : chunk;
+		int h = next_half();
+
+		memcpy(slot(c->r, h), in + a, k);
+		if ((err = phase(c)) || !reads)
+			continue;
+		for (int i = 0; i < c->p; i++)
+			if (i != c->r)
+				memcpy(out + (size_t)i * n + a, slot(i, h), k);
+	}
+	if (!err && reads && in != out + (size_t)c->r * n)
+		memcpy(out + (size_t)c->r * n, in, n);
+	dri_scratch_put(own);
+	return err;
+}
+
+/* reduce_scatter: per chunk of the blocks, each rank copies the others'
+ * blocks into its slot, one phase, each reduces its own block of all in
+ * rank order. */
+static dr_err reduce_scatter_shm(struct call *c)
+{
+	const dri_op *op = c->op;
+	size_t es = dr_dtype_size(op->dtype), cnt = op->count;
+	size_t chunk = S.chunk / es / (size_t)c->p;
+	const char *in = op->sendbuf;
+	char *out = op->buf, *own = NULL;
+	dr_err err = DR_OK;
+
+	if ((uintptr_t)out < (uintptr_t)in + cnt * es * (size_t)c->p &&
+	    (uintptr_t)in < (uintptr_t)out + cnt * es) {
+		/* recvbuf inside sendbuf (in place): reduce into scratch */
+		if (!(own = dri_scratch_get(cnt * es))) {
+			dri_coll_abandon(DR_ENOMEM);
+			return DR_ENOMEM;
+		}
+		out = own;
+	}
+	for (size_t a = 0; a < cnt && !err; a += chunk) {
+		size_t k = cnt - a < chunk ? cnt - a : chunk;
+		int h = next_half();
+
+		for (int i = 0; i < c->p; i++)
+			if (i != c->r)
+				memcpy(slot(c->r, h) + (size_t)i * k * es,
+				       in + ((size_t)i * cnt + a) * es, k * es);
+		if ((err = phase(c)))
+			break;
+		for (int i = 0; i < c->p; i++)
+			S.in[i] = i == c->r ? in + ((size_t)i * cnt + a) * es
+					    : slot(i, h) + (size_t)c->r * k * es;
+		err = reduce_ordered(c, out + a * es, NULL, k);
+	}
+	if (!err && own)
+		memcpy(op->buf, own, cnt * es);
+	dri_scratch_put(own);
+	return err;
+}
+
+/* scatter (all == 0: the root's sendbuf) and all_to_all (every rank's):
+ * piece j of a sender's sendbuf goes to rank j, in chunks of a half cut
+ * in p. */
+static dr_err spread_shm(struct call *c, int all)
+{
+	const dri_op *op = c->op;
+	size_t n = op->count * dr_dtype_size(op->dtype);
+	size_t chunk = S.chunk / (size_t)c->p;
+	const char *in = op->sendbuf;
+	char *out = op->buf, *own = NULL;
+	int root = all ? -1 : op->root;
+	size_t span = all ? n * (size_t)c->p : n;
+	dr_err err = DR_OK;
+
+	if ((all || c->r == root) &&
+	    (uintptr_t)in < (uintptr_t)out + span &&
+	    (uintptr_t)out < (uintptr_t)in + n * (size_t)c->p) {
+		/* sendbuf and recvbuf overlap: send from a copy */
+		if (!(own = dri_scratch_get(n * (size_t)c->p))) {
+			dri_coll_abandon(DR_ENOMEM);
+			return DR_ENOMEM;
+		}
+		memcpy(own, in, n * (size_t)c->p);
+		in = own;
+	}
+	for (size_t a = 0; a < n && !err; a += chunk) {
+		size_t k = n - a < chunk ? n - a : chunk;
+		int h = next_half();
+
+		if (all || c->r == root)
+			for (int j = 0; j < c->p; j++)
+				if (j != c->r)
+					memcpy(slot(c->r, h) + (size_t)j * k,
+					       in + (size_t)j * n + a, k);
+		if ((err = phase(c)))
+			break;
+		for (int i = 0; i < c->p; i++)
+			if (i != c->r && (all || i == root))
+				memcpy(out + (all ? (size_t)i * n : 0) + a,
+				       slot(i, h) + (size_t)c->r * k, k);
+	}
+	if (!err && (all || c->r == root))
+		memmove(out + (all ? (size_t)c->r * n : 0),
+			in + (size_t)c->r * n, n);
+	dri_scratch_put(own);
+	return err;
+}
+
+/* ------------------------------------------------------------- entry */
+
+int dri_shm_coll(dri_op *op, dr_err *err)
+{
+	const dr_group *g = op->group;
+	struct call c;
+
+	if (!S.configured)
+		configure();
+	if (S.off || op->id.group_id || !dri_shm_all_local() ||
+	    g->size > DRI_SEG_SHM_MAX)
+		return 0;
+	switch (op->id.coll) {
+	case DRI_BARRIER:
+	case DRI_ALL_REDUCE:
+	case DRI_BROADCAST:
+	case DRI_REDUCE:
+	case DRI_ALL_GATHER:
+	case DRI_GATHER:
+	case DRI_SCATTER:
+	case DRI_REDUCE_SCATTER:
+	case DRI_ALL_TO_ALL:
+		break;
+	default:
+		return 0;
+	}
+	memset(&c, 0, sizeof(c));
+	c.op = op;
+	c.p = g->size;
+	c.r = g->rank;
+	c.tree = c.p > DRI_SHM_FLAT_MAX;
+	c.first = 1;
+	c.t0 = dri_now_ms();
+	switch (op->id.coll) {
+	case DRI_BARRIER:
+		*err = barrier_shm(&c);
+		break;
+	case DRI_ALL_REDUCE:
+		*err = all_reduce_shm(&c);
+		break;
+	case DRI_BROADCAST:
+		*err = broadcast_shm(&c);
+		break;
+	case DRI_REDUCE:
+		*err = reduce_shm(&c);
+		break;
+	case DRI_ALL_GATHER:
+		*err = gather_shm(&c, -1);
+		break;
+	case DRI_GATHER:
+		*err = gather_shm(&c, op->root);
+		break;
+	case DRI_SCATTER:
+		*err = spread_shm(&c, 0);
+		break;
+	case DRI_REDUCE_SCATTER:
+		*err = reduce_scatter_shm(&c);
+		break;
+	default:
+		*err = spread_shm(&c, 1);
+		break;
+	}
+	/* A call with no data still meets the others once: its flags carry
+	 * the mismatch check, and every rank's phases stay in step. */
+	if (!*err && c.first)
+		*err = phase(&c);
+	if (*err) /* the others wait for us: fail them too (no-op if done) */
+		dri_coll_abandon(*err);
+	return 1;
+}
