@@ -82,6 +82,7 @@ static struct {
 	uint64_t phase;
 	unsigned use;
 	int configured, off, oversub;
+	unsigned generation;   /* dri_shm_generation() configured for */
 	int64_t spin_us;
 	size_t chunk;          /* bytes of a half used per phase */
 	const char *in[DRI_SEG_SHM_MAX]; /* reduction inputs, rank order */
@@ -128,6 +129,10 @@ static void configure(void)
 	if ((e = getenv("DISTRUN_SHM_CHUNK")) && atoll(e) >= 4096 &&
 	    (size_t)atoll(e) < S.chunk)
 		S.chunk = (size_t)atoll(e) / 64 * 64;
+	/* A new process group: every rank's flags start from 0 again. */
+	S.phase = 0;
+	S.use = 0;
+	S.generation = dri_shm_generation();
 	S.configured = 1;
 }
 
@@ -646,7 +651,7 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	const dr_group *g = op->group;
 	struct call c;
 
-	if (!S.configured)
+	if (!S.configured || S.generation != dri_shm_generation())
 		configure();
 	if (S.off || op->id.group_id || !dri_shm_all_local() ||
 	    g->size > DRI_SEG_SHM_MAX)

@@ -67,6 +67,7 @@ static struct {
 	 * not sleep once *want >= want_val. */
 	const uint64_t *want;
 	uint64_t want_val;
+	unsigned generation;   /* dri_shm_start calls */
 } M = { .me = -1 };
 
 static unsigned char *xport(void)
@@ -299,6 +300,7 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	M.oversub = nlocal > ncpus();
 	M.next_check = 0;
 	M.on = 1;
+	M.generation++;
 	/* With the whole world here, the collectives wait on flags, not
 	 * messages: watch, from now while they live, the ranks whose flags
 	 * this rank waits for (coll_shm.c: all of them, or its parent and
@@ -576,6 +578,11 @@ void dri_shm_wake(void)
 }
 
 /* ------------------------------------- collectives (coll_shm.c) */
+
+unsigned dri_shm_generation(void)
+{
+	return M.generation;
+}
 
 int dri_shm_all_local(void)
 {

@@ -90,6 +90,8 @@ int dri_shm_oversubscribed(void);
 #define DRI_SHM_FLAT_MAX 16 /* beyond, a tree of flags */
 #define DRI_SHM_TREE_K 8     /* children per rank in the tree */
 int dri_shm_all_local(void);
+/* Counts transport starts: the flags start from 0 again at each. */
+unsigned dri_shm_generation(void);
 dri_seg_rank *dri_shm_blk(int peer);
 void *dri_shm_slot(int peer, int half);
 size_t dri_shm_slot_bytes(void);
