@@ -530,10 +530,8 @@ static dr_err gather_shm(struct call *c, int root)
 	    (uintptr_t)in < (uintptr_t)out + n * (size_t)c->p &&
 	    (uintptr_t)out < (uintptr_t)in + n) {
 		/* sendbuf inside recvbuf, elsewhere than our block */
-		if (!(own = dri_scratch_get(n))) {
-			dri_coll_abandon(DR_ENOMEM);
-			return DR_ENOMEM;
-		}
+		if (!(own = dri_scratch_get(n)))
+			return DR_ENOMEM; /* dri_submit aborts the group */
 		memcpy(own, in, n);
 		in = own;
 	}
@@ -569,10 +567,8 @@ static dr_err reduce_scatter_shm(struct call *c)
 	if ((uintptr_t)out < (uintptr_t)in + cnt * es * (size_t)c->p &&
 	    (uintptr_t)in < (uintptr_t)out + cnt * es) {
 		/* recvbuf inside sendbuf (in place): reduce into scratch */
-		if (!(own = dri_scratch_get(cnt * es))) {
-			dri_coll_abandon(DR_ENOMEM);
-			return DR_ENOMEM;
-		}
+		if (!(own = dri_scratch_get(cnt * es)))
+			return DR_ENOMEM; /* dri_submit aborts the group */
 		out = own;
 	}
 	for (size_t a = 0; a < cnt && !err; a += chunk) {
@@ -614,10 +610,8 @@ static dr_err spread_shm(struct call *c, int all)
 	    (uintptr_t)in < (uintptr_t)out + span &&
 	    (uintptr_t)out < (uintptr_t)in + n * (size_t)c->p) {
 		/* sendbuf and recvbuf overlap: send from a copy */
-		if (!(own = dri_scratch_get(n * (size_t)c->p))) {
-			dri_coll_abandon(DR_ENOMEM);
-			return DR_ENOMEM;
-		}
+		if (!(own = dri_scratch_get(n * (size_t)c->p)))
+			return DR_ENOMEM; /* dri_submit aborts the group */
 		memcpy(own, in, n * (size_t)c->p);
 		in = own;
 	}
@@ -707,10 +701,9 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 		break;
 	}
 	/* A call with no data still meets the others once: its flags carry
-	 * the mismatch check, and every rank's phases stay in step. */
+	 * the mismatch check, and every rank's phases stay in step.  (On an
+	 * error, dri_submit aborts the group: the others wait for us.) */
 	if (!*err && c.first)
 		*err = phase(&c);
-	if (*err) /* the others wait for us: fail them too (no-op if done) */
-		dri_coll_abandon(*err);
 	return 1;
 }
