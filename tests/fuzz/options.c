@@ -6,8 +6,9 @@
  * Input: the arguments after "distrun", separated by NUL bytes (at most
  * 64).  Properties: a command line that is accepted has 1 to MAX_RANKS
  * ranks, a port in 0..65535, a program (argv[argc] is NULL), a positive
- * --timeout if any, a --grace that is not negative, and a shown-ranks
- * flag for every rank; one that is refused says so with EXIT_USAGE.
+ * --timeout if any, a --grace that is not negative, a --stdin that is a
+ * rank, all or none, and a shown-ranks flag for every rank; one that is
+ * refused says so with EXIT_USAGE.
  */
 #include <math.h>
 
@@ -40,6 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(o.argc >= 1 && o.argv[0] && !o.argv[o.argc]);
 		FUZZ_CHECK(o.timeout >= 0 && isfinite(o.timeout));
 		FUZZ_CHECK(o.grace >= 0 && isfinite(o.grace));
+		FUZZ_CHECK(o.stdin_rank >= STDIN_ALL);  /* a rank, all, none */
 		FUZZ_CHECK(o.show);
 		for (int r = 0; r < o.nranks; r++)
 			FUZZ_CHECK(o.show[r] <= 1);
