@@ -858,9 +858,12 @@ int nodes_finish(struct nodes *nd, int status, double timeout)
 			if (poll(&pfd, 1, ms_left(dl)) == 1)
 				spoke_read(nd, &ev);
 		}
-		if (nd->got_bye)
-			return nd->final_status ? nd->final_status : status;
-		return status ? status : (nd->failed ? nd->fail_status : 1);
+		/* A stop we were told of is never undone by a bye of 0. */
+		if (nd->got_bye && nd->final_status)
+			return nd->final_status;
+		if (status || nd->failed)
+			return status ? status : nd->fail_status;
+		return nd->got_bye ? 0 : 1;
 	}
 	if (status && !nd->failed)
 		record_failure(nd, 0, -1, status, "ended with a failure");
