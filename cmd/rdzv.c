@@ -249,6 +249,11 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 				wait = (until - wall_ms()) / 1000.0;
 			if (wait > RDZV_TTL / 3.0)
 				wait = RDZV_TTL / 3.0;
+			/* A window that ended long ago (fewer than MIN
+			 * nodes came in it): the shortest watch, not a
+			 * negative time that overflows an int. */
+			if (wait < 0)
+				wait = 0;
 			json_decref(st);
 			w = (int)(wait * 1000);
 			if (etcd_watch(e, key, rev, w > 10 ? w : 10) < 0) {
