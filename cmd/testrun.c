@@ -554,7 +554,7 @@ static void exec_case(struct runner *ru, struct ci_case *c,
 {
 	const struct ci_test *t = c->test;
 	char **argv = NULL, nbuf[16], tbuf[32], rpath[PATH_MAX + 32];
-	int argc = 0, cap = 0;
+	int argc = 0, cap = 0, in;
 
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	setpgid(0, 0);
@@ -566,16 +566,20 @@ static void exec_case(struct runner *ru, struct ci_case *c,
 	}
 	for (int i = 0; i < t->nenv; i++)
 		putenv(t->env[i]);
+	/* One stdin cannot feed several runs (a sweep's sizes, the cases
+	 * of a list): each reads /dev/null, whatever --stdin says. */
+	in = open("/dev/null", O_RDONLY);
+	if (in < 0 || dup2(in, 0) < 0)
+		_exit(1);
 	if (!ru->sweep) {
 		char path[PATH_MAX + 32];
-		int in = open("/dev/null", O_RDONLY), out, err;
+		int out, err;
 
 		snprintf(path, sizeof(path), "%s/console.out", c->dir);
 		out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
 		snprintf(path, sizeof(path), "%s/console.err", c->dir);
 		err = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-		if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 ||
-		    dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 			_exit(1);
 	}
 	snprintf(nbuf, sizeof(nbuf), "%d", c->n);

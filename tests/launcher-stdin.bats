@@ -104,6 +104,12 @@ READER='echo "$RANK $(readlink /proc/self/fd/0 | sed "s/:.*//") $(cat | tr "\n" 
 	grep -q "restarting the job (restart 1 of 1)" <<<"$output"
 }
 
+@test "the runs of a sweep read /dev/null: one stdin cannot feed several runs" {
+	run timeout 60 "$DISTRUN" -n 1,2 --raw --stdin all sh -c "$READER" <<<"for nobody"
+	[ "$status" -eq 0 ]
+	[ "$(grep -v '^distrun: ' <<<"$output" | sort)" = $'0 /dev/null \n0 /dev/null \n1 /dev/null ' ]
+}
+
 @test "bad --stdin values: a clear error, exit 2, nothing starts" {
 	for v in x -1 "" 1.5 all2 " 1" 4; do
 		run "$DISTRUN" -n 4 --stdin "$v" touch started
