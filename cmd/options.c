@@ -112,7 +112,7 @@ static const struct opt_def opt_table[] = {
 	{ OPT_OUTPUT_DIR, "output-dir", "DIR",
 	  "also write DIR/rank.N.stdout, DIR/rank.N.stderr" },
 	{ OPT_STDIN, "stdin", "RANK|all|none",
-	  "who reads distrun's stdin (default 0; others /dev/null)" },
+	  "who reads stdin: a rank (default 0), all or none" },
 	{ OPT_TIMESTAMPS, "timestamps", NULL,
 	  "prefix lines with the seconds since the start" },
 	{ OPT_COLOR, "color", "WHEN",
