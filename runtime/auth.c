@@ -191,7 +191,7 @@ dr_err dri_random(void *buf, size_t n)
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
-			return dri_fail(DR_ESYS, "getrandom: %s", strerror(errno));
+			return dri_fail(DR_ESYS, "getrandom: %s", dri_strerror(errno));
 		p += k;
 		n -= (size_t)k;
 	}
@@ -248,9 +248,9 @@ static dr_err read_secret_file(const char *what, const char *path,
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
-		return dri_fail(DR_EENV, "%s %s: %s", what, path, strerror(errno));
+		return dri_fail(DR_EENV, "%s %s: %s", what, path, dri_strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		err = dri_fail(DR_EENV, "%s %s: %s", what, path, strerror(errno));
+		err = dri_fail(DR_EENV, "%s %s: %s", what, path, dri_strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -275,7 +275,7 @@ static dr_err read_secret_file(const char *what, const char *path,
 			continue;
 		if (k < 0) {
 			err = dri_fail(DR_EENV, "%s %s: %s", what, path,
-				       strerror(errno));
+				       dri_strerror(errno));
 			goto out;
 		}
 		len += (size_t)k;
@@ -317,7 +317,7 @@ static dr_err user_key_file(unsigned char *out, size_t *n)
 	if (base && base[0] == '/') {
 		if (mkdir_ok(base) < 0)
 			return dri_fail(DR_EENV, "per-user key file: cannot "
-					"create %s: %s", base, strerror(errno));
+					"create %s: %s", base, dri_strerror(errno));
 		snprintf(dir, sizeof(dir), "%s/distrun", base);
 	} else {
 		home = getenv("HOME");
@@ -333,12 +333,12 @@ static dr_err user_key_file(unsigned char *out, size_t *n)
 		snprintf(path, sizeof(path), "%s/.config", home);
 		if (mkdir_ok(path) < 0)
 			return dri_fail(DR_EENV, "per-user key file: cannot "
-					"create %s: %s", path, strerror(errno));
+					"create %s: %s", path, dri_strerror(errno));
 		snprintf(dir, sizeof(dir), "%s/.config/distrun", home);
 	}
 	if (mkdir_ok(dir) < 0)
 		return dri_fail(DR_EENV, "per-user key file: cannot create %s: "
-				"%s", dir, strerror(errno));
+				"%s", dir, dri_strerror(errno));
 	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 		return dri_fail(DR_EENV, "per-user key file: %s is not a "
 				"directory", dir);
@@ -360,7 +360,7 @@ static dr_err user_key_file(unsigned char *out, size_t *n)
 			  O_CLOEXEC, 0600);
 		if (fd < 0)
 			return dri_fail(DR_EENV, "per-user key file: cannot "
-					"create %s: %s", tmp, strerror(errno));
+					"create %s: %s", tmp, dri_strerror(errno));
 		err = dri_random(raw, sizeof(raw));
 		for (int i = 0; i < KEYFILE_BYTES; i++)
 			snprintf(hex + 2 * i, 3, "%02x", raw[i]);
@@ -369,12 +369,12 @@ static dr_err user_key_file(unsigned char *out, size_t *n)
 		if (!err && (write(fd, hex, sizeof(hex)) != (ssize_t)sizeof(hex) ||
 			     fsync(fd) < 0))
 			err = dri_fail(DR_EENV, "per-user key file: cannot write "
-				       "%s: %s", tmp, strerror(errno));
+				       "%s: %s", tmp, dri_strerror(errno));
 		memset(hex, 0, sizeof(hex));
 		close(fd);
 		if (!err && link(tmp, path) < 0 && errno != EEXIST)
 			err = dri_fail(DR_EENV, "per-user key file: cannot "
-				       "create %s: %s", path, strerror(errno));
+				       "create %s: %s", path, dri_strerror(errno));
 		unlink(tmp);
 		if (err)
 			return err;

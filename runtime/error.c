@@ -9,9 +9,11 @@
  * storage so that the progress thread's failures do not overwrite the
  * caller's (a work handle keeps its own copy, see group.c).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "error.h"
 
@@ -90,4 +92,25 @@ const char *dri_coll_name(dri_coll coll)
 	if ((unsigned)coll >= DRI_COLL_COUNT_ || !coll_names[coll])
 		return "unknown";
 	return coll_names[coll];
+}
+
+const char *dri_strerror(int e)
+{
+	static _Thread_local char buf[4][160];
+	static _Thread_local unsigned next;
+	char *b = buf[next++ % 4];
+	struct rlimit rl;
+
+	if (e == EMFILE && !getrlimit(RLIMIT_NOFILE, &rl)) {
+		snprintf(b, sizeof(buf[0]), "%s (this process's open file "
+			 "limit, ulimit -n, is %llu)", strerror(e),
+			 (unsigned long long)rl.rlim_cur);
+		return b;
+	}
+	if (e == ENFILE) {
+		snprintf(b, sizeof(buf[0]), "%s (the system's, "
+			 "/proc/sys/fs/file-max)", strerror(e));
+		return b;
+	}
+	return strerror(e);
 }

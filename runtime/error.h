@@ -18,6 +18,10 @@ dr_err dri_fail(dr_err err, const char *fmt, ...)
 /* Sets this thread's dr_last_error() to msg (a copy), e.g. to hand a work
  * handle's message to the thread that waits on it. */
 void dri_set_last_error(const char *msg);
+/* strerror(e), with what to change where a limit was hit: EMFILE names
+ * this process's open file limit, ENFILE the system's.  Valid until the
+ * thread's fourth next call (several fit in one message). */
+const char *dri_strerror(int e);
 
 /* Which call: carried in every message's identity (wire.h) and named in
  * errors. */

@@ -88,7 +88,7 @@ static dr_err iface_host(const char *name, char *buf, size_t size)
 
 	if (getifaddrs(&ifs))
 		return dri_fail(DR_ESYS, "DISTRUN_IFACE=%s: getifaddrs: %s",
-				name, strerror(errno));
+				name, dri_strerror(errno));
 	for (int fam = AF_INET; fam && !*tmp; fam = fam == AF_INET ? AF_INET6 : 0)
 		for (a = ifs; a && !*tmp; a = a->ifa_next) {
 			if (strcmp(a->ifa_name, name))
@@ -123,7 +123,7 @@ static dr_err local_host(int fd, char *buf, size_t size)
 	if (iface && *iface)
 		return iface_host(iface, buf, size);
 	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
-		return dri_fail(DR_ESYS, "getsockname: %s", strerror(errno));
+		return dri_fail(DR_ESYS, "getsockname: %s", dri_strerror(errno));
 	if (ss.ss_family == AF_INET) {
 		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, tmp,
 			  sizeof(tmp));

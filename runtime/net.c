@@ -13,8 +13,8 @@
  * spins.  The caller first closes its oldest connection that has not
  * proved the key yet, if it has one (so strangers cannot lock the job's
  * own ranks out); else we use the one descriptor we keep in reserve: free
- * it, accept the connection, close it (the peer sees the close) and take
- * the reserve back.  Without a reserve the caller stops watching the
+ * it, accept the connection, tell the peer why (DRI_NET_NOFD) and close
+ * it, and take the reserve back.  Without a reserve the caller stops watching the
  * listener for a while.
  */
 #include <errno.h>
@@ -53,9 +53,13 @@ int dri_net_accept(int lfd, int *reserve, int can_evict)
 		/* (Linux gives EMFILE before it looks at the queue: whether
 		 * a connection waits shows only once a descriptor is free.) */
 		close(*reserve);
-		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd >= 0)
+		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0) {
+			/* A fresh socket's buffer takes these bytes. */
+			(void)!send(fd, DRI_NET_NOFD, DRI_NET_NOFD_LEN,
+				    MSG_NOSIGNAL | MSG_DONTWAIT);
 			close(fd);
+		}
 		*reserve = dri_net_reserve();
 		return fd >= 0 ? DRI_ACCEPT_DROPPED : DRI_ACCEPT_NONE;
 	}
@@ -178,5 +182,5 @@ fail:
 		close(fds[i]);
 	return dri_fail(e == EADDRINUSE ? DR_ECONN : DR_ESYS, "cannot listen on "
 			"%s port %d: %s", host && *host ? host : "*", port,
-			strerror(e));
+			dri_strerror(e));
 }

@@ -29,6 +29,12 @@ enum {
 	DRI_ACCEPT_FULL = -4,    /* out of fds, and can_evict: close a
 				    connection of yours, then call again */
 };
+/* What a connection dropped for want of descriptors reads before the
+ * close (DRI_ACCEPT_DROPPED): the peer can then say so and stop retrying,
+ * instead of taking the close for a server that is not up yet.  Nothing
+ * of the handshake starts with these bytes. */
+#define DRI_NET_NOFD "DRNOFD\n"
+#define DRI_NET_NOFD_LEN 7
 /* Accepts one connection (non-blocking, close-on-exec): its fd, or one of
  * the values above. */
 int dri_net_accept(int lfd, int *reserve, int can_evict);

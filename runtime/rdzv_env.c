@@ -283,9 +283,9 @@ static dr_err private_dir(char *buf, size_t size)
 		snprintf(buf, size, "/tmp/distrun-%u", (unsigned)geteuid());
 	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
 		return dri_fail(DR_ESYS, "cannot create the directory %s for "
-				"the rendezvous file: %s", buf, strerror(errno));
+				"the rendezvous file: %s", buf, dri_strerror(errno));
 	if (lstat(buf, &st) < 0)
-		return dri_fail(DR_ESYS, "%s: %s", buf, strerror(errno));
+		return dri_fail(DR_ESYS, "%s: %s", buf, dri_strerror(errno));
 	if (!S_ISDIR(st.st_mode))
 		return dri_fail(DR_ESYS, "%s is not a directory (a symbolic "
 				"link or a file): refusing it for the rendezvous "
@@ -498,17 +498,17 @@ dr_err dri_rdzv_publish(dri_rdzv_plan *p, int port)
 		  0600);
 	if (fd < 0)
 		return dri_fail(DR_ESYS, "cannot create %s to publish the store's "
-				"address: %s", tmp, strerror(errno));
+				"address: %s", tmp, dri_strerror(errno));
 	if (write(fd, line, (size_t)n) != n || close(fd) < 0) {
 		int e = errno;
 		unlink(tmp);
-		return dri_fail(DR_ESYS, "cannot write %s: %s", tmp, strerror(e));
+		return dri_fail(DR_ESYS, "cannot write %s: %s", tmp, dri_strerror(e));
 	}
 	if (rename(tmp, p->path) < 0) {
 		int e = errno;
 		unlink(tmp);
 		return dri_fail(DR_ESYS, "cannot rename %s to %s: %s", tmp,
-				p->path, strerror(e));
+				p->path, dri_strerror(e));
 	}
 	p->published = 1;
 	return DR_OK;
@@ -529,7 +529,7 @@ static int lookup(dri_rdzv_plan *p, dr_err *err)
 		if (errno == ENOENT)
 			return 0;
 		*err = dri_fail(DR_ESYS, "cannot read the rendezvous file %s: %s",
-			 p->path, strerror(errno));
+			 p->path, dri_strerror(errno));
 		return -1;
 	}
 	if (fstat(fd, &st) < 0 || (p->private_file && st.st_uid != geteuid())) {

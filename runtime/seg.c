@@ -160,14 +160,14 @@ static int map_checked(int fd, const char *what, int rank,
 	    st.st_size < (off_t)sizeof(dri_seg_hdr)) {
 		snprintf(S.why, sizeof(S.why), "%s is not the job's sealed "
 			 "memfd (%s)", what,
-			 errno ? strerror(errno) : "wrong kind or size");
+			 errno ? dri_strerror(errno) : "wrong kind or size");
 		return -1;
 	}
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
 		 fd, 0);
 	if (p == MAP_FAILED) {
 		snprintf(S.why, sizeof(S.why), "mmap of %s: %s", what,
-			 strerror(errno));
+			 dri_strerror(errno));
 		return -1;
 	}
 	if (check_hdr(p, (uint64_t)st.st_size, rank, job, slot)) {
@@ -246,12 +246,12 @@ static dr_err seg_create(dri_kv *kv, const char *key, const uint8_t job[16],
 	fd = memfd_create("distrun-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, (off_t)layout.size) ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		snprintf(S.why, sizeof(S.why), "memfd: %s", strerror(errno));
+		snprintf(S.why, sizeof(S.why), "memfd: %s", dri_strerror(errno));
 		goto fail;
 	}
 	p = mmap(NULL, layout.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
-		snprintf(S.why, sizeof(S.why), "mmap: %s", strerror(errno));
+		snprintf(S.why, sizeof(S.why), "mmap: %s", dri_strerror(errno));
 		goto fail;
 	}
 	h = p;
@@ -315,7 +315,7 @@ dr_err dri_seg_join(dri_kv *kv, int local_rank, int local_size,
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(S.why, sizeof(S.why), "local rank 0's segment %s: %s",
-			 path, strerror(errno));
+			 path, dri_strerror(errno));
 		return DR_OK;
 	}
 	snprintf(what, sizeof(what), "of local rank 0 (%s)", path);

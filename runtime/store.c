@@ -616,7 +616,7 @@ dr_err dri_store_server_start(const char *host, int port,
 			close(s->lfd[k]);
 		free(s);
 		return dri_fail(DR_ESYS, "rank 0 cannot start the store: %s%s",
-				strerror(e), e == EMFILE || e == ENFILE ?
+				dri_strerror(e), e == EMFILE || e == ENFILE ?
 				" (the open file limit, ulimit -n, is too low)" : "");
 	}
 	*out = s;
@@ -784,8 +784,16 @@ static dr_err client_handshake_run(int fd, const uint8_t key[DRI_KEY_LEN],
 	if (err)
 		return err;
 	if (write_all(fd, hs.hello, DRI_HS_HELLO, deadline) < 0)
-		return dri_fail(DR_ECONN, "handshake not sent: %s", strerror(errno));
-	rc = read_all(fd, chal, sizeof(chal), deadline);
+		return dri_fail(DR_ECONN, "handshake not sent: %s", dri_strerror(errno));
+	rc = read_all(fd, chal, DRI_NET_NOFD_LEN, deadline);
+	if (rc == 0 && !memcmp(chal, DRI_NET_NOFD, DRI_NET_NOFD_LEN))
+		return dri_fail(DR_ESYS, "the store is out of file descriptors "
+				"and closed this connection: raise the open "
+				"file limit (ulimit -n) of the rank that serves "
+				"it (rank 0)");
+	if (rc == 0)
+		rc = read_all(fd, chal + DRI_NET_NOFD_LEN,
+			      sizeof(chal) - DRI_NET_NOFD_LEN, deadline);
 	if (rc < 0)
 		return dri_fail(DR_ECONN, "the store %s during the handshake",
 				rc == -2 ? "did not answer" : "closed the connection");
@@ -829,10 +837,10 @@ dr_err dri_store_connect(const char *host, int port,
 				return dri_fail(DR_ESYS, "cannot connect to the "
 						"store at %s:%d: %s (the open file "
 						"limit, ulimit -n, is too low)",
-						host, port, strerror(e));
+						host, port, dri_strerror(e));
 			}
 			if (fd < 0) {
-				snprintf(why, sizeof(why), "%s", strerror(errno));
+				snprintf(why, sizeof(why), "%s", dri_strerror(errno));
 				continue;
 			}
 			if (connect_until(fd, ai, deadline) == 0) {
@@ -847,7 +855,7 @@ dr_err dri_store_connect(const char *host, int port,
 							host, port, why);
 				}
 			} else {
-				snprintf(why, sizeof(why), "%s", strerror(errno));
+				snprintf(why, sizeof(why), "%s", dri_strerror(errno));
 			}
 			close(fd);
 			fd = -1;
@@ -867,7 +875,7 @@ connected:
 		int e = errno;
 		close(fd);
 		return dri_fail(DR_ESYS, "store socket: TCP_NODELAY: %s",
-				strerror(e));
+				dri_strerror(e));
 	}
 	dri_store *st = calloc(1, sizeof(*st));
 	if (!st) {
@@ -926,7 +934,7 @@ static dr_err roundtrip(dri_store *st, int cmd, const char *key,
 	if (rc < 0)
 		return dri_fail(DR_ECONN, "store: cannot send request for key "
 				"'%s': %s", key, rc == -2 ? "timed out" :
-				strerror(errno));
+				dri_strerror(errno));
 	for (;;) {
 		rc = read_all(st->fd, h, 9, deadline);
 		if (rc == -2)
@@ -937,7 +945,7 @@ static dr_err roundtrip(dri_store *st, int cmd, const char *key,
 		if (rc < 0 || n < 5 || n - 5 > VALUE_MAX)
 			return dri_fail(DR_ECONN, "store: connection to rank 0 "
 					"lost waiting for key '%s' (has rank 0 "
-					"exited?)", key);
+					"exited, or failed in its init?)", key);
 		r = malloc(n - 4);
 		if (!r)
 			return dri_fail(DR_ENOMEM, "out of memory");

@@ -199,7 +199,7 @@ static int dial(const char *host, int port, int64_t deadline)
 	rc = getaddrinfo(host, serv, &hints, &res);
 	if (rc) {
 		dri_fail(DR_ECONN, "cannot resolve '%s': %s", host,
-			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+			 rc == EAI_SYSTEM ? dri_strerror(errno) : gai_strerror(rc));
 		return -2;
 	}
 	for (ai = res; ai; ai = ai->ai_next) {
@@ -247,7 +247,7 @@ static dr_err dial_retry(dri_tcpstore *ts, const char *host, int port,
 		}
 		if (dri_now_ms() >= deadline)
 			return dri_fail(DR_ECONN, "torch TCPStore at %s: cannot "
-					"connect: %s", ts->where, strerror(errno));
+					"connect: %s", ts->where, dri_strerror(errno));
 		nanosleep(&(struct timespec){ 0, 50 * 1000000 }, NULL);
 	}
 }
@@ -374,7 +374,7 @@ static dr_err request(dri_tcpstore *ts, int cmd, const char *key,
 		return dri_fail(rc == -2 ? DR_ETIMEDOUT : DR_EPEER, "torch "
 				"TCPStore at %s: sending the request for '%s' "
 				"failed: %s", ts->where, key, rc == -2 ?
-				"timed out" : strerror(errno));
+				"timed out" : dri_strerror(errno));
 	return DR_OK;
 }
 
@@ -392,7 +392,7 @@ static dr_err answer(dri_tcpstore *ts, const char *key, void *buf, size_t len,
 		return dri_fail(DR_EPEER, "torch TCPStore at %s closed the "
 				"connection while answering for key '%s'%s%s "
 				"(did torchrun's agent exit?)", ts->where, key,
-				errno ? ": " : "", errno ? strerror(errno) : "");
+				errno ? ": " : "", errno ? dri_strerror(errno) : "");
 	return DR_OK;
 }
 

@@ -256,14 +256,14 @@ dr_err dri_transport_listen(const char *host, int rank, int world_size,
 		int e = errno;
 		close(fd);
 		return dri_fail(DR_ESYS, "rank %d: listening socket: %s", rank,
-				strerror(e));
+				dri_strerror(e));
 	}
 	*port = dri_net_port(fd);
 	tp.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (tp.wake_fd < 0) {
 		int e = errno;
 		close(fd);
-		return dri_fail(DR_ESYS, "eventfd: %s", strerror(e));
+		return dri_fail(DR_ESYS, "eventfd: %s", dri_strerror(e));
 	}
 	tp.reserve_fd = dri_net_reserve();
 	tp.pause_until = 0;
@@ -736,7 +736,7 @@ static void start_connect(int i)
 	p->fd = connect_addr(tp.addrs[i]);
 	if (p->fd < 0) {
 		abort_locked(DR_EPEER, "rank %d: cannot connect to rank %d at "
-			     "%s: %s%s", tp.rank, i, tp.addrs[i], strerror(errno),
+			     "%s: %s%s", tp.rank, i, tp.addrs[i], dri_strerror(errno),
 			     errno == EMFILE || errno == ENFILE ?
 			     " (the open file limit, ulimit -n, is too low)" : "");
 		return;
@@ -794,7 +794,7 @@ static void peer_io_error(int i, int e)
 			     "was closed under the transport", tp.rank, i,
 			     tp.peers[i].fd);
 	else
-		peer_lost(i, strerror(e));
+		peer_lost(i, dri_strerror(e));
 }
 
 /* Sends a handshake message whole (the socket is fresh: it fits). */
@@ -838,7 +838,7 @@ static void on_connected(int i)
 	if (err) {
 		abort_locked(DR_EPEER, "rank %d: cannot connect to rank %d at "
 			     "%s: %s (has it exited?)", tp.rank, i, tp.addrs[i],
-			     strerror(err));
+			     dri_strerror(err));
 		return;
 	}
 	e = dri_hs_hello(&p->hs, DRI_HS_TRANSPORT, tp.rank, tp.size);

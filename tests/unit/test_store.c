@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -319,8 +320,45 @@ static int test_stalled_client_holds_up_nobody(void)
 	return 0;
 }
 
+/* The store itself out of descriptors, with no stranger to drop: the
+ * client is told so and stops at once (it used to retry until its
+ * timeout, taking the close for a server not up yet); with a descriptor
+ * free again it gets in. */
+static int test_store_out_of_fds_says_so(void)
+{
+	int fds[1100], nfd = 0;
+	struct rlimit old, rl;
+	dri_store *c = NULL;
+	dr_err e;
+
+	CHECK(start() == 0);
+	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+	rl = old;
+	if (rl.rlim_cur > 256)
+		rl.rlim_cur = 256;
+	CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	while (nfd < 1100 && (fds[nfd] = open("/dev/null", O_RDONLY)) >= 0)
+		nfd++;
+	CHECK(nfd < 1100 && errno == EMFILE);
+	close(fds[--nfd]); /* the client's socket, nothing for the server */
+	/* DR_ESYS, not DR_ETIMEDOUT after 30 s of retries. */
+	e = dri_store_connect("127.0.0.1", port, KEY, 0, 30000, &c);
+	CHECKF(e == DR_ESYS && strstr(dr_last_error(), "out of file "
+	       "descriptors") && strstr(dr_last_error(), "ulimit -n"),
+	       "%s: %s", dr_err_name(e), dr_last_error());
+	while (nfd)
+		close(fds[--nfd]);
+	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+	CHECK(dri_store_connect("127.0.0.1", port, KEY, 0, 5000, &c) == DR_OK);
+	CHECK(dri_store_set(c, "k", "v", 1) == DR_OK);
+	dri_store_close(c);
+	dri_store_server_stop(srv);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_set_get_add),
+	UNIT(test_store_out_of_fds_says_so),
 	UNIT(test_get_waits_for_set),
 	UNIT(test_get_times_out_naming_key),
 	UNIT(test_server_gone_is_an_error),
