@@ -868,6 +868,14 @@ static void on_challenge(int i)
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return;
+	if (n <= 0 && p->hs_got == DRI_NET_NOFD_LEN &&
+	    !memcmp(p->hsbuf, DRI_NET_NOFD, DRI_NET_NOFD_LEN)) {
+		abort_locked(DR_ESYS, "rank %d: rank %d at %s is out of file "
+			     "descriptors and closed our connection: raise its "
+			     "open file limit (ulimit -n)", tp.rank, i,
+			     tp.addrs[i]);
+		return;
+	}
 	if (n <= 0) {
 		hs_retry(i, "closed during the handshake");
 		return;
