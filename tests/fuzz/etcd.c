@@ -223,9 +223,17 @@ static int answer(void *arg, const char *path, const char *request,
 		break;
 	case 1:
 		v = with_token(s, payload, n);
-		free(s->last_doc);
-		s->last_doc = v;
-		v = b64_encode(v, strlen(v));
+		/* The state document, when it answers a read (the same
+		 * record may answer another call). */
+		if (strstr(path, "/kv/range")) {
+			free(s->last_doc);
+			s->last_doc = strdup(v);
+			FUZZ_CHECK(s->last_doc);
+		}
+		b = v;
+		v = b64_encode(b, strlen(b));
+		free(b);
+		b = NULL;
 		FUZZ_CHECK(asprintf(&b, "{\"header\":{\"revision\":\"%u\"},"
 				    "\"kvs\":[{\"key\":\"eA==\",\"value\":\"%s\","
 				    "\"mod_revision\":\"%u\"}],\"count\":\"1\"}",
