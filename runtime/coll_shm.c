@@ -42,6 +42,10 @@
  * and looks at the launcher's abort word, the peers' processes, the
  * deadline and messages that show a mismatched call.  An arriving rank
  * wakes only the ranks it may be waited for by, and only if they sleep.
+ * When the ranks of this host outnumber its CPUs more than
+ * SPIN_MAX_PER_CPU to one, a waiting rank sleeps at once: with that many
+ * spinning, the rank waited for rarely gets a CPU (the measurements that
+ * set the limit: README, Benchmarks).
  *
  * Mismatches: before it arrives at a call's first phase, a rank
  * publishes the call (seq, collective, count, dtype, op, root).  Once all
@@ -70,6 +74,9 @@
 /* Reductions go through an accumulator of this many bytes, which stays
  * in the cache while the p inputs stream past it. */
 #define ACC_BYTES ((size_t)32 << 10)
+/* Ranks per CPU beyond which a waiting rank sleeps at once instead of
+ * spinning first (unless DISTRUN_SPIN_US is set). */
+#define SPIN_MAX_PER_CPU 16
 /* all_reduce: at most this many bytes per rank take the one-phase path
  * (each rank reads p buffers), and at most SMALL_TOTAL for all ranks. */
 #define SMALL_BYTES ((size_t)16 << 10)
@@ -121,7 +128,13 @@ static void configure(void)
 	const char *e = getenv("DISTRUN_SHM_COLL"), *spin = getenv("DISTRUN_SPIN_US");
 
 	S.off = e && !strcmp(e, "0");
-	S.spin_us = spin && *spin ? atoll(spin) : 100;
+	/* Spin, unless ranks crowd the CPUs more than SPIN_MAX_PER_CPU to
+	 * one: then every spinning rank keeps the one it waits for off its
+	 * CPU, and sleeping at once wins (see the file's comment). */
+	if (spin && *spin)
+		S.spin_us = atoll(spin);
+	else
+		S.spin_us = dri_shm_ranks_per_cpu() > SPIN_MAX_PER_CPU ? 0 : 100;
 	if (S.spin_us < 0)
 		S.spin_us = 0;
 	S.oversub = dri_shm_oversubscribed();
@@ -344,7 +357,8 @@ static dr_err phase(struct call *c)
 			dri_shm_ring_peer(i);
 	}
 	if (!spin_wait(c))
-		err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0);
+		err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0,
+					      S.spin_us > 0);
 	dri_shm_want(NULL, 0);
 	if (err)
 		return err;

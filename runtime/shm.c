@@ -68,6 +68,7 @@ static struct {
 	const uint64_t *want;
 	uint64_t want_val;
 	unsigned generation;   /* dri_shm_start calls */
+	int per_cpu;           /* ranks on this host per CPU we may use */
 } M = { .me = -1 };
 
 static unsigned char *xport(void)
@@ -298,6 +299,7 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	if (!M.npeers)
 		M.h = NULL;
 	M.oversub = nlocal > ncpus();
+	M.per_cpu = (nlocal + ncpus() - 1) / ncpus();
 	M.next_check = 0;
 	M.on = 1;
 	M.generation++;
@@ -364,6 +366,11 @@ const char *dr_transport_name(void)
 int dri_shm_oversubscribed(void)
 {
 	return M.oversub;
+}
+
+int dri_shm_ranks_per_cpu(void)
+{
+	return M.per_cpu;
 }
 
 /* ------------------------------------------------------------ bytes */

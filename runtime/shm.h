@@ -75,6 +75,8 @@ int dri_shm_wait(int64_t timeout_ms);
 void dri_shm_wake(void);
 /* Whether ranks on this host outnumber the CPUs this process may use. */
 int dri_shm_oversubscribed(void);
+/* Ranks on this host per CPU this process may use (rounded up). */
+int dri_shm_ranks_per_cpu(void);
 
 /* The collectives through the segment (coll_shm.c), for jobs whose
  * ranks all share it.  all_local: every peer is in shared memory and the

@@ -1954,10 +1954,10 @@ static void call_deadline(const dri_msg_id *id, int64_t *deadline,
 }
 
 dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
-			       void *arg, int64_t t0_ms)
+			       void *arg, int64_t t0_ms, int spin)
 {
 	int64_t timeout_ms, deadline;
-	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
+	int64_t spin_end = spin && tp.spin_us ? now_us() + tp.spin_us : 0;
 	int shown = -1;
 	dr_err err;
 

@@ -84,11 +84,12 @@ void dri_transport_wake(void);
 /* For the collectives through the segment's flags (coll_shm.c): waits,
  * as a receive does (the launcher's abort word, the peers' deaths, the
  * call's deadline, messages of a call that differs from id's, looked at
- * as of t0_ms, when the call started), until waiting_for(arg) returns -1;
+ * as of t0_ms, when the call started), until waiting_for(arg) returns -1
+ * (spinning first for DISTRUN_SPIN_US if spin, else sleeping at once);
  * it returns the world rank still waited for otherwise.  DR_OK or the
  * error, the group then aborted and the message set. */
 dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
-			       void *arg, int64_t t0_ms);
+			       void *arg, int64_t t0_ms, int spin);
 /* Reads what the rings hold and fails the group with DR_EMISMATCH if a
  * message of a world call at or before id's is there (it names both
  * calls better than the flags can); returns the group's error. */

@@ -18,7 +18,8 @@
  *   hold          init, barrier, prints "rank R: holding pid P segment
  *                 inode I", then sleeps until killed (for the tests that
  *                 kill a rank, distrun or everything)
- *   rss           prints "rank R: rss KB" (VmRSS) after init and a few
+ *   rss           prints "rank R: rss KB" (VmRSS) and "rank R: pss KB"
+ *                 (its proportional share of them) after init and a few
  *                 collectives (small, and a 1 MiB all_reduce), for the
  *                 benchmark's RSS figures
  *   exact MAX     every collective at sizes up to MAX bytes per rank, with
@@ -165,6 +166,15 @@ static int mode_rss(void)
 	while (f && fgets(line, sizeof(line), f))
 		if (!strncmp(line, "VmRSS:", 6))
 			printf("rank %d: rss %ld KB\n", rank, atol(line + 6));
+	if (f)
+		fclose(f);
+	/* The proportional share: a page of the segment mapped by k ranks
+	 * counts 1/k here (RSS counts it whole in each, and the kernel maps
+	 * up to 16 pages around each one a rank reads). */
+	f = fopen("/proc/self/smaps_rollup", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Pss:", 4))
+			printf("rank %d: pss %ld KB\n", rank, atol(line + 4));
 	if (f)
 		fclose(f);
 	return 0;
