@@ -34,17 +34,6 @@ static void futex_wake_all(uint32_t *word)
 	syscall(SYS_futex, word, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
 }
 
-/* Parses the 32 hex digits of the run id into 16 bytes. */
-static void run_id_bytes(const char *hex, uint8_t out[16])
-{
-	for (int i = 0; i < 16; i++) {
-		unsigned v = 0;
-
-		sscanf(hex + 2 * i, "%2x", &v);
-		out[i] = (uint8_t)v;
-	}
-}
-
 int segment_create(struct job *job)
 {
 	dri_seg_hdr layout = { 0 }, *h;
@@ -74,7 +63,7 @@ int segment_create(struct job *job)
 	if (getrandom(&h->nonce, sizeof(h->nonce), GRND_NONBLOCK) !=
 	    sizeof(h->nonce))
 		h->nonce = (uint64_t)getpid() << 32 ^ (uint64_t)now_real();
-	run_id_bytes(job->run_id, h->job_id);
+	dri_seg_job_id(job->run_id, h->job_id);
 	h->abort_rank = -1;
 	job->seg = p;
 	job->seg_size = layout.size;

@@ -25,6 +25,7 @@
 
 #include "coll.h"
 #include "coll_shm.h"
+#include "coll_hier.h"
 
 #define RING_PIECE ((size_t)512 << 10)
 
@@ -377,7 +378,7 @@ out:
 	return err;
 }
 
-static dr_err allreduce_run(dri_op *op)
+static dr_err allreduce_flat(dri_op *op)
 {
 	size_t bytes = op->count * dr_dtype_size(op->dtype);
 	dr_err err;
@@ -393,6 +394,14 @@ static dr_err allreduce_run(dri_op *op)
 	if (dri_is_pow2(op->group->size))
 		return allreduce_halving(op);
 	return allreduce_ring(op);
+}
+
+static dr_err allreduce_run(dri_op *op)
+{
+	if (dri_hier_wanted(op))
+		return dri_hier_all_reduce(op, dri_reduce_flat, allreduce_flat,
+					   dri_broadcast_flat);
+	return allreduce_flat(op);
 }
 
 dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,

@@ -18,11 +18,25 @@
 #include "coll.h"
 #include "cuda_stage.h"
 #include "coll_shm.h"
+#include "coll_hier.h"
 
-static dr_err barrier_run(dri_op *op)
+static dr_err barrier_flat(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
+	dr_err err;
+
+	for (int d = 1; d < p; d <<= 1) {
+		err = dri_sendrecv(&op->id, dri_peer(g, dri_mod(r + d, p)), NULL, 0,
+				   dri_peer(g, dri_mod(r - d, p)), NULL, 0);
+		if (err)
+			return err;
+	}
+	return DR_OK;
+}
+
+static dr_err barrier_run(dri_op *op)
+{
 	dr_err err;
 
 	/* Device work first: the barrier's promise covers it. */
@@ -31,13 +45,9 @@ static dr_err barrier_run(dri_op *op)
 	/* All on one host: flags in the segment, no messages (coll_shm.c). */
 	if (dri_shm_coll(op, &err))
 		return err;
-	for (int d = 1; d < p; d <<= 1) {
-		err = dri_sendrecv(&op->id, dri_peer(g, dri_mod(r + d, p)), NULL, 0,
-				   dri_peer(g, dri_mod(r - d, p)), NULL, 0);
-		if (err)
-			return err;
-	}
-	return DR_OK;
+	if (dri_hier_wanted(op))
+		return dri_hier_barrier(op, barrier_flat);
+	return barrier_flat(op);
 }
 
 /* dr_barrier and dr_cuda_barrier_device: the same barrier, after the

@@ -14,10 +14,11 @@
 
 #include "coll.h"
 #include "coll_shm.h"
+#include "coll_hier.h"
 
 #define BCAST_PIECE ((size_t)512 << 10)
 
-static dr_err broadcast_run(dri_op *op)
+dr_err dri_broadcast_flat(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size, root = dri_group_index(g, op->root);
@@ -72,6 +73,13 @@ out:
 	free(rr);
 	free(sr);
 	return err;
+}
+
+static dr_err broadcast_run(dri_op *op)
+{
+	if (dri_hier_wanted(op))
+		return dri_hier_broadcast(op, dri_broadcast_flat);
+	return dri_broadcast_flat(op);
 }
 
 dr_err dr_broadcast(void *buf, size_t count, dr_dtype dtype, int src,

@@ -15,6 +15,7 @@
 
 #include "coll.h"
 #include "coll_shm.h"
+#include "coll_hier.h"
 
 static dr_err reduce_tree(const dri_op *op, int root)
 {
@@ -99,7 +100,7 @@ out:
 	return err;
 }
 
-static dr_err reduce_run(dri_op *op)
+dr_err dri_reduce_flat(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int root = dri_group_index(g, op->root);
@@ -140,7 +141,7 @@ dr_err dr_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 	if (count > SIZE_MAX / dr_dtype_size(dtype))
 		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
 				count);
-	dri_coll_op(&op, reduce_run, DRI_REDUCE, g, NULL, buf, count, dtype,
+	dri_coll_op(&op, dri_reduce_flat, DRI_REDUCE, g, NULL, buf, count, dtype,
 		    (int)redop, dst);
 	return dri_submit(&op, work);
 }

@@ -73,18 +73,6 @@ const char *dri_seg_why(void)
 	return S.why;
 }
 
-static int hex_bytes(const char *hex, uint8_t out[16])
-{
-	for (int i = 0; i < 16; i++) {
-		unsigned v;
-
-		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
-	return hex[32] ? -1 : 0;
-}
-
 /* Checks the mapped header against the layout for its rank count and
  * against this job (job, or DISTRUN_JOB_ID when NULL); slot is this
  * rank's (-1: rank - first_rank).  Fills S.why and returns -1 if anything
@@ -129,7 +117,9 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 		}
 		return 0;
 	}
-	if (!jid || hex_bytes(jid, job) || memcmp(job, h->job_id, 16)) {
+	if (jid)
+		dri_seg_job_id(jid, job);
+	if (!jid || memcmp(job, h->job_id, 16)) {
 		snprintf(S.why, sizeof(S.why), "it belongs to another job "
 			 "(DISTRUN_JOB_ID %s)", jid ? jid : "unset");
 		return -1;

@@ -166,6 +166,39 @@ static inline uint64_t dri_seg_coll_half(uint32_t n)
 	return 64u << 10;
 }
 
+/* The 16 bytes of the job id a segment carries, from the run id its
+ * ranks see as DISTRUN_JOB_ID: a single-node job's 32 hex digits as
+ * they are; any other run id (several nodes share node 0's, such as
+ * "HOST:PORT" or the rendezvous id) hashed, so that it still names the
+ * job.  Launcher and ranks use this one function. */
+static inline void dri_seg_job_id(const char *run_id, uint8_t out[16])
+{
+	size_t n = 0;
+	int hex = 1;
+
+	while (run_id[n]) {
+		char c = run_id[n++];
+		hex &= (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+	}
+	if (hex && n == 32) {
+		for (int i = 0; i < 16; i++) {
+			char d[2] = { run_id[2 * i], run_id[2 * i + 1] };
+			for (int k = 0; k < 2; k++)
+				d[k] = (char)(d[k] <= '9' ? d[k] - '0' : d[k] - 'a' + 10);
+			out[i] = (uint8_t)(d[0] << 4 | d[1]);
+		}
+		return;
+	}
+	/* FNV-1a twice (two offset bases) */
+	for (int half = 0; half < 2; half++) {
+		uint64_t h = half ? 0x84222325cbf29ce4ull : 0xcbf29ce484222325ull;
+		for (size_t i = 0; i < n; i++)
+			h = (h ^ (unsigned char)run_id[i]) * 0x100000001b3ull;
+		for (int i = 0; i < 8; i++)
+			out[8 * half + i] = (uint8_t)(h >> (8 * i));
+	}
+}
+
 /* Fills the layout fields of *h (nranks, ctl_size, size, ctl_off,
  * xport_off, xport_size, rings_off, ring_stride, ring_size, blk_size,
  * coll_off, coll_half)

@@ -32,10 +32,13 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,8 +62,11 @@ static struct {
 	int *local;            /* world rank -> local index, -1: TCP */
 	int *world;            /* local index -> world rank, -1: none */
 	int *pidfd;            /* world rank -> pidfd, -1: none */
+	int *host_of;          /* world rank -> lowest world rank on its host */
 	int npeers, ntcp;
 	int oversub;
+	int wsock;             /* poll wake-ups to us, -1: none (see notify) */
+	int ssock;             /* sends wake-ups to pollers, -1: not yet */
 	int64_t next_check;
 	char host[HOST_ID_MAX + 1];
 	/* A flag a collective waits for (dri_shm_want): dri_shm_wait does
@@ -69,7 +75,7 @@ static struct {
 	uint64_t want_val;
 	unsigned generation;   /* dri_shm_start calls */
 	int per_cpu;           /* ranks on this host per CPU we may use */
-} M = { .me = -1 };
+} M = { .me = -1, .wsock = -1, .ssock = -1 };
 
 static unsigned char *xport(void)
 {
@@ -131,17 +137,48 @@ int dri_shm_wanted(void)
 	return M.mode != MODE_TCP;
 }
 
+/* DISTRUN_PRETEND_HOSTS=A+B+...: host 0 takes the first A slots, host 1
+ * the next B and so on (uneven hosts, for the hierarchical collectives'
+ * tests); slots past the sum start over at host 0. */
+static dr_err pretend_sizes(const char *k, int slot)
+{
+	long sizes[64], sum = 0;
+	int n = 0, h = 0;
+	const char *p = k;
+
+	while (*p) {
+		char *end;
+		long v = strtol(p, &end, 10);
+
+		if (*p < '0' || *p > '9' || v < 1 || v > 1 << 20 || n == 64 ||
+		    (*end && *end != '+') || (*end == '+' && !end[1]))
+			return dri_fail(DR_EENV, "DISTRUN_PRETEND_HOSTS='%s' is "
+					"not a count of hosts nor sizes A+B+...",
+					k);
+		sizes[n++] = v;
+		sum += v;
+		p = *end ? end + 1 : end;
+	}
+	slot = slot >= 0 ? (int)(slot % sum) : 0;
+	while (slot >= sizes[h])
+		slot -= (int)sizes[h++];
+	snprintf(M.host, sizeof(M.host), "pretend%d", h);
+	return DR_OK;
+}
+
 /* Pretend hosts, so one machine's ranks can be split into several that
  * use shared memory inside and TCP between: DISTRUN_HOST_ID names this
  * rank's host; DISTRUN_PRETEND_HOSTS=K (for test suites, which cannot
  * give each rank its own variable) puts slot i on host i % K, so that
- * neighbours are on different hosts. */
+ * neighbours are on different hosts (A+B+...: consecutive slots, above). */
 static dr_err host_id(int slot)
 {
 	const char *s = getenv("DISTRUN_HOST_ID");
 	const char *k = getenv("DISTRUN_PRETEND_HOSTS");
 
 	M.host[0] = 0;
+	if ((!s || !*s) && k && *k && strchr(k, '+'))
+		return pretend_sizes(k, slot);
 	if ((!s || !*s) && k && *k) {
 		char *end;
 		long v = strtol(k, &end, 10);
@@ -233,6 +270,55 @@ static int suffix_key_len(const char *sfx)
 	return slash && slash > sfx ? (int)(slash - sfx) : -1;
 }
 
+/* The abstract socket name of local rank l's poll wake-ups: the
+ * segment's nonce keeps two jobs (or two nodes of one job) apart. */
+static socklen_t wake_addr(int l, struct sockaddr_un *a)
+{
+	int n;
+
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1,
+		     "distrun-%016llx-%d", (unsigned long long)M.h->nonce, l);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* With peers on both sides, our socket for poll wake-ups (notify); none
+ * (a bind that fails) leaves poll's short naps as the fallback. */
+static void wake_sock_open(void)
+{
+	struct sockaddr_un a;
+	socklen_t len = wake_addr(M.me, &a);
+
+	M.wsock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (M.wsock >= 0 && bind(M.wsock, (struct sockaddr *)&a, len)) {
+		close(M.wsock);
+		M.wsock = -1;
+	}
+}
+
+/* Which ranks share a host, as every rank sees it (the same addresses,
+ * so the same map everywhere): those whose suffixes agree up to the local
+ * slot.  A rank without shared memory is a host of its own. */
+static dr_err host_map(const char **sfx, int size)
+{
+	M.host_of = malloc((size_t)size * sizeof(int));
+	if (!M.host_of)
+		return dri_fail(DR_ENOMEM, "out of memory for %d peers", size);
+	for (int i = 0; i < size; i++) {
+		int kl = suffix_key_len(sfx[i]);
+
+		M.host_of[i] = i;
+		for (int j = 0; kl > 0 && j < i; j++)
+			if (M.host_of[j] == j && suffix_key_len(sfx[j]) == kl &&
+			    !memcmp(sfx[i], sfx[j], (size_t)kl)) {
+				M.host_of[i] = j;
+				break;
+			}
+	}
+	return DR_OK;
+}
+
 dr_err dri_shm_start(int rank, int size, char **addrs)
 {
 	const char **sfx = calloc((size_t)size, sizeof(*sfx));
@@ -284,6 +370,8 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 		M.npeers++;
 		nlocal++;
 	}
+	if (!err)
+		err = host_map(sfx, size);
 	free(sfx);
 	if (err) {
 		dri_shm_stop();
@@ -298,6 +386,8 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	}
 	if (!M.npeers)
 		M.h = NULL;
+	if (M.h && M.ntcp)
+		wake_sock_open();
 	M.oversub = nlocal > ncpus();
 	M.per_cpu = (nlocal + ncpus() - 1) / ncpus();
 	M.next_check = 0;
@@ -324,7 +414,13 @@ void dri_shm_stop(void)
 	free(M.local);
 	free(M.world);
 	free(M.pidfd);
-	M.local = M.world = M.pidfd = NULL;
+	free(M.host_of);
+	if (M.wsock >= 0)
+		close(M.wsock);
+	if (M.ssock >= 0)
+		close(M.ssock);
+	M.wsock = M.ssock = -1;
+	M.local = M.world = M.pidfd = M.host_of = NULL;
 	M.npeers = M.ntcp = 0;
 	M.on = 0;
 	M.h = NULL;
@@ -334,6 +430,11 @@ int dri_shm_is_peer(int peer)
 {
 	return M.h && M.local && peer >= 0 && peer < M.size &&
 	       M.local[peer] >= 0;
+}
+
+int dri_shm_host_of(int rank)
+{
+	return M.host_of && rank >= 0 && rank < M.size ? M.host_of[rank] : rank;
 }
 
 int dri_shm_npeers(void)
@@ -375,20 +476,45 @@ int dri_shm_ranks_per_cpu(void)
 
 /* ------------------------------------------------------------ bytes */
 
+/* A rank with peers over TCP too sleeps in poll(), which a futex wake
+ * does not end: it raises waiting to WAIT_POLL, and we send it a
+ * datagram as well.  Lost (a full socket buffer) only when one is
+ * pending already. */
+static void wake_poller(int l)
+{
+	struct sockaddr_un a;
+	socklen_t len;
+
+	if (M.ssock < 0)
+		M.ssock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK |
+				 SOCK_CLOEXEC, 0);
+	if (M.ssock < 0)
+		return;
+	len = wake_addr(l, &a);
+	(void)!sendto(M.ssock, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+		      (struct sockaddr *)&a, len);
+}
+
+enum { WAIT_FUTEX = 1, WAIT_POLL = 2 };
+
 /* Tells local rank l that our ring with it changed. */
 static void notify(int l)
 {
 	dri_seg_rank *b = blk(l);
 	uint64_t bit = 1ull << (M.me % 64), *w = &b->ready[M.me / 64];
+	uint32_t waiting;
 
 	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
 		__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
 	else
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&b->waiting, __ATOMIC_SEQ_CST)) {
+	waiting = __atomic_load_n(&b->waiting, __ATOMIC_SEQ_CST);
+	if (waiting) {
 		__atomic_fetch_add(&b->doorbell, 1, __ATOMIC_SEQ_CST);
 		futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
 	}
+	if (waiting == WAIT_POLL)
+		wake_poller(l);
 }
 
 size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all)
@@ -565,12 +691,32 @@ int dri_shm_wait(int64_t timeout_ms)
 	ts.tv_sec = timeout_ms / 1000;
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
 	d = __atomic_load_n(&b->doorbell, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&b->waiting, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&b->waiting, WAIT_FUTEX, __ATOMIC_SEQ_CST);
 	if (!has_ready(b) && !__atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST) &&
 	    !(M.want && __atomic_load_n(M.want, __ATOMIC_SEQ_CST) >= M.want_val))
 		rc = futex(&b->doorbell, FUTEX_WAIT, d, &ts);
 	__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
 	return !(rc < 0 && errno == ETIMEDOUT);
+}
+
+int dri_shm_poll_fd(void)
+{
+	return M.on ? M.wsock : -1;
+}
+
+int dri_shm_poll_arm(int on)
+{
+	dri_seg_rank *b;
+
+	if (!M.h || M.wsock < 0)
+		return 0;
+	b = blk(M.me);
+	if (!on) {
+		__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	__atomic_store_n(&b->waiting, WAIT_POLL, __ATOMIC_SEQ_CST);
+	return has_ready(b) || __atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST);
 }
 
 void dri_shm_wake(void)

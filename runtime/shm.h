@@ -39,6 +39,10 @@ void dri_shm_stop(void);
 
 /* Whether world rank peer goes through shared memory. */
 int dri_shm_is_peer(int peer);
+/* The host of world rank peer, named by the lowest world rank on it: the
+ * same answer on every rank (hosts as the shared-memory transport cuts
+ * them; a rank without it is a host alone).  rank itself before start. */
+int dri_shm_host_of(int rank);
 /* How many peers go through shared memory, and through TCP. */
 int dri_shm_npeers(void);
 int dri_shm_ntcp(void);
@@ -71,6 +75,13 @@ int dri_shm_dead_peer(int64_t now_ms);
  * launcher's abort, or timeout_ms (capped, so the death watch runs).
  * Called without transport.c's lock.  Returns 1 if woken, 0 on timeout. */
 int dri_shm_wait(int64_t timeout_ms);
+/* With peers over TCP too, a rank sleeps in poll(): this descriptor
+ * (-1: none) becomes readable when a shm peer writes to us while
+ * dri_shm_poll_arm(1) is in force.  Arm before poll (it returns 1 when a
+ * ring already changed or the job aborted: do not sleep), disarm after. */
+#define DRI_SHM_POLL_MS 20 /* the longest such sleep: the death watch */
+int dri_shm_poll_fd(void);
+int dri_shm_poll_arm(int on);
 /* Wakes this rank's dri_shm_wait (another thread has work for it). */
 void dri_shm_wake(void);
 /* Whether ranks on this host outnumber the CPUs this process may use. */

@@ -1530,7 +1530,7 @@ static void on_readable(int i)
  * and tp.polling is 0.  Returns how many descriptors had events. */
 static int poll_once(int wait_ms)
 {
-	int n = 0, need = 2 + tp.npend + tp.size, parked = 0;
+	int n = 0, need = 3 + tp.npend + tp.size, parked = 0;
 	int rc;
 	int64_t now;
 
@@ -1549,6 +1549,10 @@ static int poll_once(int wait_ms)
 	now = dri_now_ms();
 	tp.pfd[n] = (struct pollfd){ tp.wake_fd, POLLIN, 0 };
 	tp.pfd_who[n++] = -1;
+	if (dri_shm_poll_fd() >= 0) { /* a ring write wakes us too */
+		tp.pfd[n] = (struct pollfd){ dri_shm_poll_fd(), POLLIN, 0 };
+		tp.pfd_who[n++] = -1;
+	}
 	if (tp.listen_fd >= 0 && now >= tp.pause_until) {
 		tp.pfd[n] = (struct pollfd){ tp.listen_fd, POLLIN, 0 };
 		tp.pfd_who[n++] = -2;
@@ -1631,8 +1635,10 @@ static int poll_once(int wait_ms)
 				continue;
 			}
 			if (who == -1) {
-				uint64_t v;
-				(void)!read(tp.wake_fd, &v, sizeof(v));
+				uint64_t v; /* the eventfd, or shm's datagrams */
+				while (read(tp.pfd[k].fd, &v, sizeof(v)) > 0 &&
+				       tp.pfd[k].fd != tp.wake_fd)
+					;
 			} else if (who == -2) {
 				accept = 1; /* after the loop: it moves tp.pend */
 			} else if (who <= -3) {
@@ -1768,7 +1774,20 @@ static int shm_step_locked(int64_t wait_ms, int spin)
 		return 1;
 	}
 	if (dri_shm_ntcp()) {
-		if (poll_once(spin ? 0 : (int)(wait_ms < 1 ? wait_ms : 1)) > 0) {
+		/* A ring write wakes poll through shm's socket, where there
+		 * is one (else naps of a millisecond); the cap lets the
+		 * death watch and the abort word be seen. */
+		int armed = !spin && dri_shm_poll_fd() >= 0, rc;
+		int64_t cap = armed ? DRI_SHM_POLL_MS : 1;
+
+		if (armed && dri_shm_poll_arm(1)) {
+			dri_shm_poll_arm(0);
+			return 1;
+		}
+		rc = poll_once(spin ? 0 : (int)(wait_ms < cap ? wait_ms : cap));
+		if (armed)
+			dri_shm_poll_arm(0);
+		if (rc > 0) {
 			last_event_ms = dri_now_ms();
 			return 1;
 		}

@@ -99,6 +99,15 @@ int dri_msg_mismatch(const dri_msg_id *want, size_t want_len,
 	if (got->coll == DRI_P2P && want->coll == DRI_P2P)
 		snprintf(why, n, "rank %d sent %s but rank %d posted recv %s",
 			 src, theirs, me, mine);
+	else if (got->tag != want->tag && got->coll == want->coll &&
+		 got->seq == want->seq && got->count == want->count &&
+		 got->dtype == want->dtype && got->op == want->op &&
+		 got->root == want->root) /* coll_hier.h's DRI_HIER_TAG */
+		snprintf(why, n, "rank %d ran %s %s but rank %d %s (seq %llu; "
+			 "is DISTRUN_HIER the same on every rank?)", src, theirs,
+			 got->tag ? "in two levels" : "flat", me,
+			 want->tag ? "in two levels" : "flat",
+			 (unsigned long long)want->seq);
 	else if (!dri_msg_id_equal(want, got) && got->seq != want->seq)
 		snprintf(why, n, "rank %d called %s but rank %d called %s "
 			 "(seq %llu vs %llu%s)", src, theirs, me, mine,

@@ -76,6 +76,33 @@ node() { # node I NNODES NPROC ARGS...: distrun of node I, output in $TMP/nI
 	grep -q "^\[3\] rank 3: ok" "$TMP/n1"
 }
 
+# sizes_123 HIER PROG ARGS...: PROG on three hosts of 1, 2 and 3 ranks
+# with DISTRUN_HIER=HIER; every node exits 0 and all 6 ranks print ok.
+sizes_123() {
+	local hier=$1 i; shift
+	for i in 0 1 2; do
+		DISTRUN_HIER=$hier node $i 3 $((i + 1)) --timeout 120s "$@" &
+		eval "p$i=\$!"
+	done
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	s2=0; wait $p2 || s2=$?
+	cat "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] && [ "$s2" -eq 0 ]
+	[ "$(cat "$TMP"/n? | grep -c 'rank [0-5]: ok, [0-9]* checks')" -eq 6 ]
+}
+
+@test "three hosts of 1, 2 and 3 ranks: hierarchical collectives bit-identical on every rank, every collective right" {
+	hosts 3
+	for mode in on auto; do
+		sizes_123 $mode "$CTESTS/hier_check" bits
+		# shared memory inside the hosts of several ranks, TCP between
+		grep -q '^\[0\] rank 0: .*(transport tcp)' "$TMP/n0"
+		grep -q '^\[5\] rank 5: .*(transport shm+tcp)' "$TMP/n2"
+	done
+	sizes_123 on "$CTESTS/coll_more" all
+}
+
 @test "ranks get torchrun's global variables on every node" {
 	hosts 2
 	cat >"$TMP/env.sh" <<-'EOF'
@@ -274,8 +301,10 @@ enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
 	sh=$(awk '$1 == "store" { print $2 }' "$TMP/addrs")
 	sp=$(awk '$1 == "store" { print $3 }' "$TMP/addrs")
 	# ranks 0 and 1 (host 0) wait in dr_recv from rank 2 (host 1)
+	# (the part after '|' says which peers share its memory)
 	r1=$(awk '$1 == "rank" && $2 == 1 { print $3 }' "$TMP/addrs")
 	r2=$(awk '$1 == "rank" && $2 == 2 { print $3 }' "$TMP/addrs")
+	r1=${r1%%|*} r2=${r2%%|*}
 	[[ "$sh" == "$NET.1" ]] && [[ "$r1" == "$NET.1:"* ]] &&
 		[[ "$r2" == "$NET.2:"* ]]
 	unset DISTRUN_SECRET_FILE

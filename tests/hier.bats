@@ -1,0 +1,123 @@
+#!/usr/bin/env bats
+# Collectives across hosts, hierarchical (inside each host, then between
+# one leader per host), on pretend hosts of uneven sizes
+# (DISTRUN_PRETEND_HOSTS=A+B+...: shared memory inside each, TCP between).
+# DISTRUN_HIER=on sends every size through the two levels, so that the
+# tests cover the large-message paths too; auto picks by size.
+
+load common
+
+export DISTRUN_TIMEOUT=60s
+
+# on HOSTS N PROG ARGS...: runs PROG on N ranks cut into HOSTS.
+on() {
+	local hosts=$1 n=$2; shift 2
+	run env DISTRUN_PRETEND_HOSTS="$hosts" "$DISTRUN" --timeout 150s -n "$n" "$@"
+}
+
+# all_ok N PATTERN: status 0 and each of ranks 0..N-1 printed PATTERN.
+all_ok() {
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for ((r = 0; r < $1; r++)); do
+		grep -q "^\[$r\] rank $r: $2" <<<"$output" || {
+			echo "rank $r did not print '$2':"; echo "$output"; return 1; }
+	done
+}
+
+@test "hosts 3+1: float all_reduce is bit-identical on every rank, every dtype and op, world and subgroups, async" {
+	DISTRUN_HIER=on on 3+1 4 "$CTESTS/hier_check" bits
+	all_ok 4 "ok, [0-9]* checks"
+	# the hosts are the ones asked for: rank 3 alone, over TCP only
+	grep -q '^\[0\] rank 0: .*(transport shm+tcp)' <<<"$output"
+	grep -q '^\[3\] rank 3: .*(transport tcp)' <<<"$output"
+}
+
+@test "hosts 1+2+3: float all_reduce is bit-identical on every rank, subgroups spanning hosts unevenly" {
+	DISTRUN_HIER=on on 1+2+3 6 "$CTESTS/hier_check" bits
+	all_ok 6 "ok, [0-9]* checks"
+}
+
+@test "hosts 3+2, two levels or flat by size (DISTRUN_HIER=auto): bit-identical too" {
+	on 3+2 5 "$CTESTS/hier_check" bits
+	all_ok 5 "ok, [0-9]* checks"
+}
+
+@test "hosts 1+2+3: integer all_reduce is exact for every dtype and op" {
+	DISTRUN_HIER=on on 1+2+3 6 "$CTESTS/hier_check" ints
+	all_ok 6 "ok, [0-9]* checks"
+}
+
+@test "hosts 3+1 and 1+2+3: every core collective matches the reference" {
+	DISTRUN_HIER=on on 3+1 4 "$CTESTS/coll_check" all
+	all_ok 4 "ok"
+	DISTRUN_HIER=on on 1+2+3 6 "$CTESTS/coll_check" all
+	all_ok 6 "ok"
+}
+
+@test "hosts 1+2+3: every collective, subgroups and async work match the reference" {
+	DISTRUN_HIER=on on 1+2+3 6 "$CTESTS/coll_more" all
+	all_ok 6 "ok, [0-9]* checks"
+	DISTRUN_HIER=on on 1+2+3 6 "$CTESTS/coll_more" async
+	all_ok 6 "ok, [0-9]* checks"
+}
+
+@test "hosts 3+1 with DISTRUN_HIER=off: the flat algorithms give the same answers" {
+	DISTRUN_HIER=off on 3+1 4 "$CTESTS/hier_check" ints
+	all_ok 4 "ok, [0-9]* checks"
+}
+
+@test "hosts 1+2: a different count on one rank is DR_EMISMATCH on every rank, naming both" {
+	DISTRUN_HIER=on on 1+2 3 "$CTESTS/coll_check" mismatch count
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for r in 0 1 2; do
+		grep -q "^\[$r\] .*DR_EMISMATCH: rank [02] called all_reduce(count=8, float32, sum) but rank 1 called all_reduce(count=7, float32, sum)" <<<"$output" ||
+			{ echo "$output"; return 1; }
+	done
+}
+
+@test "hosts 1+2: a different collective on one rank is DR_EMISMATCH on every rank" {
+	DISTRUN_HIER=on on 1+2 3 "$CTESTS/coll_check" mismatch coll
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(grep -c 'DR_EMISMATCH: rank [02] called barrier but rank 1 called all_reduce' <<<"$output")" -ge 3 ] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "hosts 2+1 on a strict fake CUDA driver: every collective on device buffers matches host buffers" {
+	[ -f "$B/fake/libcuda.so" ] || { echo "$B/fake/libcuda.so missing: run make"; return 1; }
+	DISTRUN_HIER=on FAKE_CUDA_STRICT=1 DISTRUN_CUDA_LIB="$B/fake/libcuda.so" \
+		on 2+1 3 "$CTESTS/cuda_colls"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for r in 0 1 2; do
+		[[ "$output" == *"[$r] rank $r: 56 passed, 0 failed"* ]] ||
+			{ echo "$output"; return 1; }
+	done
+}
+
+@test "a bad DISTRUN_HIER is named where the hierarchy applies; ignored on one host" {
+	DISTRUN_HIER=sometimes on 3+1 4 "$CTESTS/coll_check" all
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"DISTRUN_HIER='sometimes': use auto, on or off"* ]]
+	run env DISTRUN_HIER=sometimes "$DISTRUN" --timeout 60s -n 4 "$CTESTS/coll_check" all
+	all_ok 4 "ok"
+}
+
+@test "a bad DISTRUN_PRETEND_HOSTS is named" {
+	for bad in 3+ +1 3+0 2+x; do
+		on "$bad" 2 "$CTESTS/coll_check" init
+		[[ "$output" == *"DISTRUN_PRETEND_HOSTS='$bad'"* ]] ||
+			{ echo "$bad: $output"; return 1; }
+	done
+}
+
+@test "a rank whose DISTRUN_HIER differs meets DR_EMISMATCH that says so, not misread bytes" {
+	cat >"$BATS_TEST_TMPDIR/off1" <<-'EOF2'
+	#!/bin/sh
+	[ "$RANK" = 1 ] && export DISTRUN_HIER=off
+	exec "$@"
+	EOF2
+	chmod +x "$BATS_TEST_TMPDIR/off1"
+	DISTRUN_HIER=on on 1+2 3 "$BATS_TEST_TMPDIR/off1" "$CTESTS/hier_check" ints
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"DR_EMISMATCH"*"ran barrier flat but rank 2 in two levels"*"is DISTRUN_HIER the same on every rank?"* ]] ||
+		{ echo "$output"; return 1; }
+}
