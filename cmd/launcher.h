@@ -231,6 +231,14 @@ int nodes_job_pollfds(struct job *job, struct pollfd *pfd, int max);
 bool nodes_job_handle(struct job *job);
 void nodes_job_stopping(struct job *job);
 int nodes_job_finish(struct job *job, int status);
+/* After a failed round through etcd with --max-restarts left (a lost
+ * node, a rank that failed; not a signal or --timeout): says so and
+ * returns the next round's number, else 0 (naming the lost node when the
+ * restarts are used up).  nodes_reexec then starts this distrun afresh
+ * (its argv, DISTRUN_RESTART_COUNT=round) once everything is released;
+ * it returns only if exec fails, after a message. */
+int nodes_job_restart(struct job *job, int status);
+void nodes_reexec(char **argv, int round);
 
 /* Monotonic and wall-clock time in seconds (runtime/clock.h: the
  * runtime's own clock, shared). */

@@ -192,7 +192,7 @@ int main(int argc, char **argv)
 			   .port_lock_fd = -1,
 			   .guard_fd = -1, .devnull = -1, .first_fail = -1,
 			   .cgroup_fd = -1, .seg_fd = -1 };
-	int rc;
+	int rc, again = 0;
 
 	if (reserve_std_fds())
 		return 1;   /* nowhere to say so */
@@ -241,11 +241,13 @@ int main(int argc, char **argv)
 	rc = 1;
 	if (mux_init(&job) || guard_start(&job))
 		goto out;
-	while (run_once(&job) && restart(&job))
+	/* Several nodes restart together, in a new round (nodes.c). */
+	while (run_once(&job) && !job.nodes && restart(&job))
 		;
 	guard_done(&job);
 	job.real_t1 = now_real();
 	rc = job.exit_status = nodes_job_finish(&job, exit_status(&job));
+	again = nodes_job_restart(&job, rc);
 	mux_flush(&job);
 	if (!o.quiet && (o.summary || rc))
 		report_summary(&job);
@@ -269,5 +271,7 @@ out:
 		close(job.sigfd);
 	nodes_release(job.nodes);
 	opts_release(&o);
+	if (again)   /* returns only if exec fails */
+		nodes_reexec(argv, again);
 	return rc;
 }

@@ -35,6 +35,10 @@
 
 enum { C_HELLO, C_PROOF, C_JOIN, C_UP, C_ENDED, C_CLOSED };
 
+/* What the first failure was: a rank's, a lost distrun (both worth a
+ * restart under --max-restarts), or a stop (a signal, --timeout). */
+enum { FAIL_OTHER, FAIL_RANK, FAIL_LOST };
+
 struct conn {
 	int fd;
 	int state;
@@ -54,9 +58,10 @@ struct nodes {
 	int *nproc;
 	/* The first failure anywhere (hub), or the stop we were told of. */
 	bool failed;
-	int fail_node, fail_rank, fail_status;
+	int fail_node, fail_rank, fail_status, fail_kind;
 	char fail_desc[160];
 	int final_status;       /* spoke: from the hub's bye */
+	char hub_desc[128];     /* spoke: "the distrun of node 0 (ADDR) ..." */
 	bool got_bye;
 };
 
@@ -559,6 +564,8 @@ static int spoke_join(struct nodes *nd, const struct node_plan *p,
 		return -1;
 	}
 	nd->hub_fd = fd;
+	snprintf(nd->hub_desc, sizeof(nd->hub_desc), "the distrun of node 0 "
+		 "(%.64s) was lost", p->master_addr);
 	if (dri_hs_hello(&hs, DRI_HS_STORE, nd->node_rank, nd->nnodes) ||
 	    io_full(fd, hs.hello, DRI_HS_HELLO, dl, true) ||
 	    io_full(fd, chal, DRI_HS_CHAL, mono() + DRI_HS_MS / 1000.0,
@@ -706,18 +713,19 @@ static void hub_broadcast_stop(struct nodes *nd, int except)
 		if (k != except && nd->node[k].fd >= 0 &&
 		    nd->node[k].state == C_UP)
 			send_frame(nd->node[k].fd, json_pack(
-				"{s:s,s:i,s:i,s:i,s:s}", "t", "stop",
+				"{s:s,s:i,s:i,s:i,s:s,s:i}", "t", "stop",
 				"node", nd->fail_node, "rank", nd->fail_rank,
 				"status", nd->fail_status, "desc",
-				nd->fail_desc));
+				nd->fail_desc, "kind", nd->fail_kind));
 }
 
 static bool record_failure(struct nodes *nd, int node, int rank, int status,
-			   const char *desc)
+			   const char *desc, int kind)
 {
 	if (nd->failed)
 		return false;
 	nd->failed = true;
+	nd->fail_kind = kind;
 	nd->fail_node = node;
 	nd->fail_rank = rank;
 	nd->fail_status = status ? status : 1;
@@ -744,8 +752,10 @@ static void hub_read(struct nodes *nd, int k, struct node_event *ev)
 
 	/* A frame that breaks the protocol counts as the node lost. */
 	if (!strcmp(t, "fail") && jstatus(j) >= 0) {
-		if (record_failure(nd, k, jint(j, "rank", -1),
-				   jstatus(j), jstr(j, "desc"))) {
+		int rank = jint(j, "rank", -1);
+
+		if (record_failure(nd, k, rank, jstatus(j), jstr(j, "desc"),
+				   rank >= 0 ? FAIL_RANK : FAIL_OTHER)) {
 			hub_broadcast_stop(nd, k);
 			event_from_failure(nd, ev, NODE_EV_STOP);
 		}
@@ -753,20 +763,27 @@ static void hub_read(struct nodes *nd, int k, struct node_event *ev)
 		int st = jstatus(j);
 
 		c->state = C_ENDED;
-		if (st && record_failure(nd, k, -1, st, "ended with a failure")) {
+		if (st && record_failure(nd, k, -1, st, "ended with a failure",
+					 FAIL_OTHER)) {
 			hub_broadcast_stop(nd, k);
 			event_from_failure(nd, ev, NODE_EV_STOP);
 		}
 	} else {
 		bool ended = c->state == C_ENDED;
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		char host[64] = "?";
 
+		if (!getpeername(c->fd, (struct sockaddr *)&ss, &sl))
+			getnameinfo((struct sockaddr *)&ss, sl, host,
+				    sizeof(host), NULL, 0, NI_NUMERICHOST);
 		conn_close(c);
 		if (!ended) {
-			char d[96];
+			char d[128];
 
-			snprintf(d, sizeof(d), "the distrun of node %d was lost",
-				 k);
-			if (record_failure(nd, k, -1, 1, d)) {
+			snprintf(d, sizeof(d), "the distrun of node %d (%s) was "
+				 "lost", k, host);
+			if (record_failure(nd, k, -1, 1, d, FAIL_LOST)) {
 				hub_broadcast_stop(nd, k);
 				event_from_failure(nd, ev, NODE_EV_LOST);
 			}
@@ -786,7 +803,8 @@ static void spoke_read(struct nodes *nd, struct node_event *ev)
 	if (!strcmp(t, "stop") && jstatus(j) >= 0 && node >= 0 &&
 	    node < nd->nnodes) {
 		if (record_failure(nd, node, jint(j, "rank", -1),
-				   jstatus(j), jstr(j, "desc")))
+				   jstatus(j), jstr(j, "desc"),
+				   jint(j, "kind", FAIL_OTHER)))
 			event_from_failure(nd, ev, NODE_EV_STOP);
 	} else if (!strcmp(t, "bye") && jstatus(j) >= 0) {
 		nd->got_bye = true;
@@ -795,7 +813,7 @@ static void spoke_read(struct nodes *nd, struct node_event *ev)
 		close(nd->hub_fd);
 		nd->hub_fd = -1;
 		if (!nd->got_bye &&
-		    record_failure(nd, 0, -1, 1, "the distrun of node 0 was lost"))
+		    record_failure(nd, 0, -1, 1, nd->hub_desc, FAIL_LOST))
 			event_from_failure(nd, ev, NODE_EV_LOST);
 	}
 	json_decref(j);
@@ -830,7 +848,8 @@ void nodes_fail(struct nodes *nd, int rank, int status, const char *desc)
 	if (!nd)
 		return;
 	if (nd->hub) {
-		if (record_failure(nd, 0, rank, status, desc))
+		if (record_failure(nd, 0, rank, status, desc,
+				   rank >= 0 ? FAIL_RANK : FAIL_OTHER))
 			hub_broadcast_stop(nd, -1);
 		return;
 	}
@@ -866,7 +885,8 @@ int nodes_finish(struct nodes *nd, int status, double timeout)
 		return nd->got_bye ? 0 : 1;
 	}
 	if (status && !nd->failed)
-		record_failure(nd, 0, -1, status, "ended with a failure");
+		record_failure(nd, 0, -1, status, "ended with a failure",
+			       FAIL_OTHER);
 	for (;;) {
 		struct pollfd pfd[NODES_MAX];
 		int n = 0;
@@ -936,6 +956,7 @@ static int make_plan(struct job *job, struct node_plan *p, char *addr,
 			.max_nodes = o->max_nodes ? o->max_nodes : 1,
 			.nproc = o->nranks, .port = p->port,
 			.timeout = o->join_timeout, .last_call = 5,
+			.round = job->restarts,
 		};
 		struct rdzv_result res;
 
@@ -1025,6 +1046,29 @@ static int make_plan(struct job *job, struct node_plan *p, char *addr,
 	return 0;
 }
 
+/* This launcher's round: DISTRUN_RESTART_COUNT, which only nodes_reexec
+ * sets (and which the ranks do not inherit). */
+static int restart_round(struct job *job)
+{
+	const char *s = getenv("DISTRUN_RESTART_COUNT");
+	char *end;
+	long v;
+
+	job->restarts = 0;
+	if (!s)
+		return 0;
+	v = strtol(s, &end, 10);
+	if (!*s || *end || v < 0 || v > job->o->max_restarts) {
+		fprintf(stderr, "distrun: DISTRUN_RESTART_COUNT='%s': not a "
+			"restart within --max-restarts %d\n", s,
+			job->o->max_restarts);
+		return -1;
+	}
+	job->restarts = (int)v;
+	unsetenv("DISTRUN_RESTART_COUNT");
+	return 0;
+}
+
 int nodes_setup(struct job *job)
 {
 	static char addr[256];
@@ -1034,13 +1078,15 @@ int nodes_setup(struct job *job)
 
 	job->nnodes = 1;
 	job->node_rank = 0;
-	if (make_plan(job, &p, addr, sizeof(addr)))
+	if (restart_round(job) || make_plan(job, &p, addr, sizeof(addr)))
 		return -1;
 	if (p.nnodes <= 1)
 		return 0;
-	if (o->max_restarts > 0) {
+	if (o->max_restarts > 0 && !(o->rdzv_backend &&
+				     !strcmp(o->rdzv_backend, "etcd"))) {
 		/* Several nodes (here from Slurm's or Kubeflow's variables):
-		 * a restart would have to be agreed by every node. */
+		 * a restart would have to be agreed by every node, which
+		 * only etcd's rounds do (nodes_job_restart). */
 		fprintf(stderr, "distrun: --max-restarts restarts a job on one "
 			"node only; this job has %d nodes\n", p.nnodes);
 		return -1;
@@ -1130,6 +1176,53 @@ void nodes_job_stopping(struct job *job)
 		snprintf(desc, sizeof(desc), "node %d stopped", job->node_rank);
 	}
 	nodes_fail(job->nodes, rank, status, desc);
+}
+
+int nodes_job_restart(struct job *job, int status)
+{
+	struct nodes *nd = job->nodes;
+	const struct opts *o = job->o;
+	char what[224];
+
+	if (!status || !nd || !nd->failed || !o->rdzv_backend ||
+	    strcmp(o->rdzv_backend, "etcd") ||
+	    (nd->fail_kind != FAIL_RANK && nd->fail_kind != FAIL_LOST))
+		return 0;
+	if (nd->fail_rank >= 0)
+		snprintf(what, sizeof(what), "rank %d on node %d %s",
+			 nd->fail_rank, nd->fail_node, nd->fail_desc);
+	else
+		snprintf(what, sizeof(what), "%s", nd->fail_desc);
+	if (job->restarts >= o->max_restarts) {
+		if (o->max_restarts)
+			fprintf(stderr, "distrun: %s; no restarts left "
+				"(--max-restarts %d)\n", what, o->max_restarts);
+		return 0;
+	}
+	fprintf(stderr, "distrun: %s; node %d restarts the rendezvous "
+		"(restart %d of %d)\n", what, job->node_rank,
+		job->restarts + 1, o->max_restarts);
+	return job->restarts + 1;
+}
+
+void nodes_reexec(char **argv, int round)
+{
+	char v[16];
+
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	/* By its path, so that ps and /proc/PID/comm still say distrun
+	 * (the path itself may be gone: then the kernel's link to it). */
+	self[n > 0 ? n : 0] = 0;
+	if (n <= 0 || (size_t)n >= sizeof(self) - 1 || strstr(self, " (deleted)"))
+		snprintf(self, sizeof(self), "/proc/self/exe");
+	snprintf(v, sizeof(v), "%d", round);
+	fflush(NULL);
+	if (!setenv("DISTRUN_RESTART_COUNT", v, 1))
+		execv(self, argv);
+	fprintf(stderr, "distrun: cannot start again for restart %d: %s\n",
+		round, strerror(errno));
 }
 
 int nodes_job_finish(struct job *job, int status)

@@ -132,7 +132,8 @@ static const struct opt_def opt_table[] = {
 	{ OPT_TRACE, "trace", "FILE",
 	  "write a timeline (Chrome trace JSON) to FILE" },
 	{ OPT_MAX_RESTARTS, "max-restarts", "N",
-	  "restart the whole job up to N times on failure" },
+	  "restart the whole job up to N times on failure (several "
+	  "nodes: through --rdzv-backend etcd)" },
 	{ OPT_MAX_RESTARTS_US, "max_restarts", "N", NULL },
 	{ OPT_LOG_DIR, "log-dir", "DIR",
 	  "torchrun's name for --output-dir DIR" },
@@ -643,11 +644,16 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		}
 		o->min_nodes = o->max_nodes = 1;
 	}
-	if (o->max_restarts > 0 && (o->max_nodes > 1 || o->node_rank > 0 ||
-				    o->rdzv_endpoint || o->rdzv_backend)) {
-		usage_hint("%s--max-restarts restarts a job on one node only; "
-			   "it cannot go with several nodes (--nnodes above 1, "
-			   "--node-rank, --rdzv-*)", "");
+	/* Several nodes restart together only through etcd's rendezvous
+	 * (nodes.c: a new round; a static one cannot number them again). */
+	if (o->max_restarts > 0 && !(o->rdzv_backend &&
+				     !strcmp(o->rdzv_backend, "etcd")) &&
+	    (o->max_nodes > 1 || o->node_rank > 0 || o->rdzv_endpoint ||
+	     o->rdzv_backend)) {
+		usage_hint("%s--max-restarts restarts a job on one node only, "
+			   "or on several through --rdzv-backend etcd; not with "
+			   "a static rendezvous (--nnodes above 1, --node-rank, "
+			   "--rdzv-endpoint)", "");
 		return EXIT_USAGE;
 	}
 	if (!o->nranks)

@@ -105,7 +105,12 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 	int joined = -1, rc = -1;
 
 	memset(res, 0, sizeof(*res));
-	snprintf(key, sizeof(key), "/distrun/rdzv/%s/state", p->run_id);
+	/* A restart meets in a key of its own: the last round's is closed. */
+	if (p->round)
+		snprintf(key, sizeof(key), "/distrun/rdzv/%s/round%d/state",
+			 p->run_id, p->round);
+	else
+		snprintf(key, sizeof(key), "/distrun/rdzv/%s/state", p->run_id);
 	if (etcd_open(&e, p->endpoint, err, errsz))
 		return -1;
 	if (p->addr && *p->addr)

@@ -16,6 +16,7 @@ struct rdzv_plan {
 				   * reaches etcd */
 	double timeout;           /* seconds for the whole rendezvous */
 	double last_call;         /* seconds after MIN nodes are in */
+	int round;                /* 0, then one more per restart */
 };
 
 struct rdzv_result {

@@ -139,7 +139,7 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_LOCAL_RANK];
 	env[k++] = rank_str[SLOT_ROLE_RANK];
 	env[k++] = rank_str[SLOT_RESTART];
-	spawn_set_restart(job, 0);
+	spawn_set_restart(job, job->restarts);
 	/* The rest are the same for every rank. */
 	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
 	env[k++] = xasprintf("LOCAL_WORLD_SIZE=%d", o->nranks);

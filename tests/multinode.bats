@@ -161,7 +161,7 @@ sizes_123() {
 	s0=0; wait $p0 || s0=$?
 	cat "$TMP/n0"
 	[ "$s0" -ne 0 ]
-	grep -q "node 1 was lost" "$TMP/n0"
+	grep -q "the distrun of node 1 ($NET.2) was lost" "$TMP/n0"
 	wait_until 10 eval '! sleeping'
 }
 
@@ -248,6 +248,89 @@ enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
 	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
 	cat "$TMP/n0" "$TMP/n1" | grep -q "G=0 W=2"
 	cat "$TMP/n0" "$TMP/n1" | grep -q "G=1 W=2"
+}
+
+# restart_job: $TMP/job.sh, which prints its round and place, then (in
+# round 0, or in every round with ROUNDS=all) sleeps until stopped.
+restart_job() {
+	cat >"$TMP/job.sh" <<-'EOF'
+	#!/bin/sh
+	echo "round=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS G=$GROUP_RANK GW=$GROUP_WORLD_SIZE W=$WORLD_SIZE R=$RANK"
+	[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] || [ "$ROUNDS" = all ] && exec sleep 200
+	exit 0
+	EOF
+	chmod +x "$TMP/job.sh"
+}
+
+# in_round ROUND N: N ranks have printed that they run in round ROUND.
+in_round() { [ "$(cat "$TMP"/n? | grep -c "round=$1 ")" -eq "$2" ]; }
+
+# restart_nodes MAX: three etcd nodes of 2:3 run restart_job's script with
+# --max-restarts MAX (pids in p0..p2); returns once all are in round 0.
+restart_nodes() {
+	restart_job
+	for i in 0 1 2; do
+		enode $i 2:3 -n 1 --max-restarts "$1" --timeout 200s "$TMP/job.sh" &
+		eval "p$i=\$!"
+	done
+	wait_until 60 in_round 0 3
+}
+
+# hub_of ROUND FILES...: the host (0-2) whose output says it is node 0 of
+# that round, from the files given.
+hub_of() {
+	local round=$1 f; shift
+	for f in "$@"; do
+		grep -q "round=$round .*G=0 " "$f" && { echo "${f##*/n}"; return; }
+	done
+	return 1
+}
+
+@test "etcd: a lost node restarts the rendezvous within --max-restarts; the others meet again with new node ranks" {
+	hosts 3
+	etcd_up
+	restart_nodes 2
+	h=$(hub_of 0 "$TMP"/n?)
+	# node 0 of the round (the hub) goes; the other two meet again
+	kill -9 $(ns_pids "$h" distrun)
+	rc=(0 0 0)
+	for i in 0 1 2; do eval "wait \$p$i" || rc[$i]=$?; done
+	cat "$TMP"/n?
+	for i in 0 1 2; do
+		if [ "$i" = "$h" ]; then continue; fi
+		[ "${rc[$i]}" -eq 0 ]
+		grep -q "distrun: the distrun of node 0 ($NET.$((h + 1))) was lost; node [12] restarts the rendezvous (restart 1 of 2)" "$TMP/n$i"
+	done
+	[ "${rc[$h]}" -ne 0 ]
+	# round 1: two nodes, numbered afresh, the restart count in the ranks
+	[ "$(cat "$TMP"/n? | grep -c 'round=1 max=2 G=[01] GW=2 W=2 R=[01]$')" -eq 2 ]
+	cat "$TMP"/n? | grep -q 'round=1 .* G=0 '
+	cat "$TMP"/n? | grep -q 'round=1 .* G=1 '
+}
+
+@test "etcd: a lost node with no restarts left stops the job, naming the node" {
+	hosts 3
+	etcd_up
+	ROUNDS=all restart_nodes 1
+	h=$(hub_of 0 "$TMP"/n?)
+	kill -9 $(ns_pids "$h" distrun)
+	wait_until 60 in_round 1 2
+	left=()
+	for i in 0 1 2; do [ "$i" = "$h" ] || left+=("$TMP/n$i"); done
+	h1=$(hub_of 1 "${left[@]}")
+	kill -9 $(ns_pids "$h1" distrun)
+	rc=(0 0 0)
+	for i in 0 1 2; do eval "wait \$p$i" || rc[$i]=$?; done
+	cat "$TMP"/n?
+	last=$(( 3 - h - h1 ))
+	[ "${rc[$last]}" -ne 0 ]
+	grep -q "distrun: the distrun of node 0 ($NET.$((h1 + 1))) was lost; no restarts left (--max-restarts 1)" "$TMP/n$last"
+}
+
+@test "DISTRUN_RESTART_COUNT beyond --max-restarts is refused, naming it" {
+	run env DISTRUN_RESTART_COUNT=3 "$DISTRUN" --max-restarts 2 -n 1 true
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"DISTRUN_RESTART_COUNT='3': not a restart within --max-restarts 2"* ]]
 }
 
 @test "etcd: fewer than MIN nodes fail at the join timeout, saying so" {
