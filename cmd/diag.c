@@ -1064,26 +1064,33 @@ static void snap_take(struct job *job, int r, struct rsnap *s)
 	}
 }
 
-static const char *rank_flags_str(const uint8_t *f, int n, char *buf,
-				  size_t sz)
+/* Reports name ranks as the job does: global ranks (local index + base,
+ * the node's rank offset), so that the nodes' reports agree. */
+static const char *rank_flags_str(const uint8_t *f, int n, int base,
+				  char *buf, size_t sz)
 {
+	uint8_t *g = base ? calloc((size_t)(base + n), 1) : NULL;
 	int cnt = 0;
 
 	for (int i = 0; i < n; i++)
 		cnt += f[i];
+	if (g)
+		memcpy(g + base, f, (size_t)n);
 	snprintf(buf, sz, "%s ", cnt == 1 ? "rank" : "ranks");
-	rank_list_str(f, n, buf + strlen(buf), sz - strlen(buf));
+	rank_list_str(g ? g : f, g ? base + n : n, buf + strlen(buf),
+		      sz - strlen(buf));
+	free(g);
 	return buf;
 }
 
-static void json_rank_list(struct sb *j, const uint8_t *f, int n)
+static void json_rank_list(struct sb *j, const uint8_t *f, int n, int base)
 {
 	bool first = true;
 
 	sb_printf(j, "[");
 	for (int i = 0; i < n; i++)
 		if (f[i]) {
-			sb_printf(j, "%s%d", first ? "" : ",", i);
+			sb_printf(j, "%s%d", first ? "" : ",", base + i);
 			first = false;
 		}
 	sb_printf(j, "]");
@@ -1283,13 +1290,14 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 		diag_call_str(c, call, sizeof(call));
 		sb_printf(&p->t, "  %s seq %llu %s: %s waiting %.1fs\n", gname,
 			  (unsigned long long)seq, call,
-			  rank_flags_str(p->flags, n, list, sizeof(list)),
+			  rank_flags_str(p->flags, n, p->job->rank_offset, list,
+					 sizeof(list)),
 			  (p->now - since) / 1e9);
 		sb_printf(&p->j, "%s{\"group\":%d,\"seq\":%llu,\"call\":",
 			  *first_call ? "" : ",", g, (unsigned long long)seq);
 		sb_json_str(&p->j, call);
 		sb_printf(&p->j, ",\"ranks\":");
-		json_rank_list(&p->j, p->flags, n);
+		json_rank_list(&p->j, p->flags, n, p->job->rank_offset);
 		sb_printf(&p->j, ",\"waiting_s\":%.3f}", (p->now - since) / 1e9);
 		*first_call = false;
 	}
@@ -1309,14 +1317,15 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 			continue;   /* not known to be a member */
 		if (sl->state == DRI_CTL_IN_CALL) {
 			sb_printf(&p->t, "  rank %d is behind: in %s seq %llu "
-				  "%s\n", r, gname,
+				  "%s\n", p->job->rank_offset + r, gname,
 				  (unsigned long long)sl->call.seq,
 				  diag_call_str(&sl->call, call, sizeof(call)));
 			continue;
 		}
 		where_str(&s[r], &p->job->ranks[r], p->now, g, where,
 			  sizeof(where));
-		sb_printf(&p->t, "  rank %d never entered it: %s\n", r, where);
+		sb_printf(&p->t, "  rank %d never entered it: %s\n",
+			  p->job->rank_offset + r, where);
 		if (s[r].st.summary && *s[r].st.summary)
 			sb_printf(&p->t, "    %s\n", s[r].st.summary);
 		if (!strcmp(p->verdict, "unknown"))
@@ -1336,7 +1345,8 @@ static void rep_p2p(struct rep *p)
 
 		if (!p->s[r].alive || sl->state != DRI_CTL_IN_CALL)
 			continue;
-		sb_printf(&p->t, "  rank %d in %s for %.1fs\n", r,
+		sb_printf(&p->t, "  rank %d in %s for %.1fs\n",
+			  p->job->rank_offset + r,
 			  diag_call_str(&sl->call, call, sizeof(call)),
 			  (p->now - sl->call.t_start) / 1e9);
 	}
@@ -1349,7 +1359,7 @@ static void rep_p2p(struct rep *p)
 				&p->s[cyc[i]].slot[DRI_CTL_P2P].call;
 
 			sb_printf(&p->t, "%srank %d waits to %s rank %d",
-				  i ? ", " : "", cyc[i],
+				  i ? ", " : "", p->job->rank_offset + cyc[i],
 				  c->peer_send ? "send to" : "receive from",
 				  c->peer);
 		}
@@ -1392,11 +1402,13 @@ static void rep_stacks(struct rep *p)
 		else
 			big++;
 		sb_printf(&p->t, "    %s: %s%s\n",
-			  rank_flags_str(p->flags, p->n, list, sizeof(list)),
+			  rank_flags_str(p->flags, p->n, p->job->rank_offset,
+					 list, sizeof(list)),
 			  key == p->s[r].st.err ? "no stack: " : "", key);
 	}
 	if (ngroups == 2 && big == 1 && odd >= 0)
-		sb_printf(&p->t, "  rank %d is the odd one out\n", odd);
+		sb_printf(&p->t, "  rank %d is the odd one out\n",
+			  p->job->rank_offset + odd);
 	free(grouped);
 }
 
@@ -1431,11 +1443,12 @@ static void rep_rank(struct rep *p, int r)
 		snprintf(call, sizeof(call), "(exited)");
 	}
 	sb_printf(&p->t, "  %4d  %-7d  %-5c  %-5s  %-24s  %-14s  %5.1f  %s\n",
-		  r, pid, x->alive ? x->p1.state : '-', seq, call, wait, cpu,
+		  p->job->rank_offset + r, pid, x->alive ? x->p1.state : '-', seq, call, wait, cpu,
 		  x->p1.wchan);
 
 	sb_printf(j, "%s{\"rank\":%d,\"pid\":%d,\"alive\":%s,\"status\":",
-		  r ? "," : "", r, pid, x->alive ? "true" : "false");
+		  r ? "," : "", p->job->rank_offset + r, pid,
+		  x->alive ? "true" : "false");
 	sb_json_str(j, rank_status_str(&p->job->ranks[r], st, sizeof(st)));
 	sb_printf(j, ",\"proc_state\":");
 	if (x->alive)
@@ -1492,8 +1505,13 @@ void diag_report(struct job *job, const char *why)
 	}
 	rep_gather(&p);
 
-	sb_printf(&p.t, "distrun: %s (%d rank%s)\n", why, p.n,
-		  p.n == 1 ? "" : "s");
+	if (job->nnodes > 1)
+		sb_printf(&p.t, "distrun: %s (node %d: ranks %d-%d of %d)\n",
+			  why, job->node_rank, job->rank_offset,
+			  job->rank_offset + p.n - 1, job_world_size(job));
+	else
+		sb_printf(&p.t, "distrun: %s (%d rank%s)\n", why, p.n,
+			  p.n == 1 ? "" : "s");
 	sb_printf(&p.j, "{\"reason\":");
 	sb_json_str(&p.j, job->stalled ? "stall" : job->timed_out ? "timeout" :
 		    job->stop_signal ? "signal" : "stopped");
@@ -1584,7 +1602,8 @@ void diag_rank_failed(struct job *job, int r)
 		group_name(c->group_id, gname, sizeof(gname));
 		diag_call_str(c, call, sizeof(call));
 		sb_printf(&t, "distrun: rank %d %s inside %s seq %llu %s, "
-			  "%.1fs after it entered it\n", r, dead[0] ? dead :
+			  "%.1fs after it entered it\n", job->rank_offset + r,
+			  dead[0] ? dead :
 			  rank_status_str(&job->ranks[r], st, sizeof(st)),
 			  gname, (unsigned long long)c->seq, call,
 			  (now - c->t_start) / 1e9);
@@ -1599,7 +1618,8 @@ void diag_rank_failed(struct job *job, int r)
 		}
 		if (others)
 			sb_printf(&t, "  %s in it too\n",
-				  rank_flags_str(flags, n, list, sizeof(list)));
+				  rank_flags_str(flags, n, job->rank_offset, list,
+					 sizeof(list)));
 		/* Those that had not reached it (world: every rank). */
 		for (int q = 0; q < n && c->coll != DRI_P2P; q++) {
 			const dri_ctl_slot *sl = &s[q].slot[s[r].busy];
@@ -1611,7 +1631,8 @@ void diag_rank_failed(struct job *job, int r)
 				continue;
 			where_str(&s[q], &job->ranks[q], now, c->group_id,
 				  where, sizeof(where));
-			sb_printf(&t, "  rank %d never entered it: %s\n", q,
+			sb_printf(&t, "  rank %d never entered it: %s\n",
+				  job->rank_offset + q,
 				  where);
 		}
 		sb_printf(&j, "{\"group\":%u,\"seq\":%llu,\"call\":",
@@ -1619,8 +1640,8 @@ void diag_rank_failed(struct job *job, int r)
 		sb_json_str(&j, call);
 		sb_printf(&j, ",\"ranks\":");
 		flags[r] = 1;
-		json_rank_list(&j, flags, n);
-		sb_printf(&j, ",\"failed_rank\":%d}", r);
+		json_rank_list(&j, flags, n, job->rank_offset);
+		sb_printf(&j, ",\"failed_rank\":%d}", job->rank_offset + r);
 	}
 	/* Different calls as one seq (the runtime's DR_EMISMATCH): each
 	 * rank's call at the highest seq of a group, in it or just ended. */
@@ -1670,13 +1691,14 @@ void diag_rank_failed(struct job *job, int r)
 					flags[x] = done[x] = 1;
 			diag_call_str(c, call, sizeof(call));
 			sb_printf(&t, "  %s called %s\n",
-				  rank_flags_str(flags, n, list, sizeof(list)),
+				  rank_flags_str(flags, n, job->rank_offset, list,
+					 sizeof(list)),
 				  call);
 			sb_printf(&j, "%s{\"group\":%d,\"seq\":%llu,\"call\":",
 				  q == 0 ? "" : ",", g, (unsigned long long)seq);
 			sb_json_str(&j, call);
 			sb_printf(&j, ",\"ranks\":");
-			json_rank_list(&j, flags, n);
+			json_rank_list(&j, flags, n, job->rank_offset);
 			sb_printf(&j, "}");
 		}
 		free(done);
@@ -1687,7 +1709,7 @@ void diag_rank_failed(struct job *job, int r)
 		goto out;
 	}
 	sb_printf(&j, "],\"verdict\":\"%s\",\"failed_rank\":%d,\"text\":",
-		  verdict, r);
+		  verdict, job->rank_offset + r);
 	d->text = sb_take(&t);
 	sb_json_str(&j, d->text);
 	sb_printf(&j, "}");
@@ -1804,7 +1826,8 @@ void diag_summary(struct job *job)
 		uint64_t calls;
 
 		coll_time(job, r, &secs, &calls);
-		fprintf(stderr, "%s rank %d %.3fs (%llu)", r ? "," : "", r, secs,
+		fprintf(stderr, "%s rank %d %.3fs (%llu)", r ? "," : "",
+			job->rank_offset + r, secs,
 			(unsigned long long)calls);
 	}
 	fprintf(stderr, "%s\n", n > 64 ? ", ... (all in --report)" : "");
@@ -1814,7 +1837,8 @@ void diag_summary(struct job *job)
 
 		group_name(sk[i].group, g, sizeof(g));
 		fprintf(stderr, "%6s  rank %d arrived %.2f s after the others at "
-			"%sbarrier seq %llu\n", "", sk[i].rank, sk[i].late,
+			"%sbarrier seq %llu\n", "",
+			job->rank_offset + sk[i].rank, sk[i].late,
 			sk[i].group ? g : "", (unsigned long long)sk[i].seq);
 	}
 }
@@ -1841,7 +1865,8 @@ char *diag_json(struct job *job)
 
 			coll_time(job, r, &secs, &calls);
 			sb_printf(&j, "%s{\"rank\":%d,\"time_s\":%.6f,"
-				  "\"calls\":%llu}", r ? "," : "", r, secs,
+				  "\"calls\":%llu}", r ? "," : "",
+				  job->rank_offset + r, secs,
 				  (unsigned long long)calls);
 		}
 		sb_printf(&j, "],\"barrier_skew\":[");
@@ -1849,7 +1874,8 @@ char *diag_json(struct job *job)
 		for (int i = 0; i < k; i++)
 			sb_printf(&j, "%s{\"group\":%u,\"seq\":%llu,\"rank\":%d,"
 				  "\"late_s\":%.3f}", i ? "," : "", sk[i].group,
-				  (unsigned long long)sk[i].seq, sk[i].rank,
+				  (unsigned long long)sk[i].seq,
+				  job->rank_offset + sk[i].rank,
 				  sk[i].late);
 		sb_printf(&j, "]");
 	}

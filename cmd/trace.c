@@ -153,7 +153,11 @@ sorted:
 		char name[32], st[64];
 		double end = rk->state == RANK_EXITED ? rk->t_end : now_mono();
 
-		snprintf(name, sizeof(name), "rank %d", r);
+		if (job->nnodes > 1)
+			snprintf(name, sizeof(name), "rank %d (node %d)",
+				 job->rank_offset + r, job->node_rank);
+		else
+			snprintf(name, sizeof(name), "rank %d", r);
 		ev_common(&b, &first, r);
 		sb_printf(&b, "\"ph\":\"M\",\"name\":\"thread_name\",\"args\":"
 			  "{\"name\":\"%s\"}}", name);

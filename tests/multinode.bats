@@ -131,6 +131,26 @@ sizes_123() {
 	[ "$(cat "$TMP"/n? | grep -c 'reduced tensor - tensor(\[ 6.1640, -1.1737, -8.7152\])')" -eq 4 ]
 }
 
+@test "a stall report on node 1 names the job's global ranks and the node" {
+	hosts 2
+	# rank 1 (node 1's first) skips the barrier the others wait in
+	node 0 2 1 --timeout 90s "$CTESTS/diag_hang" skip & p0=$!
+	node 1 2 2 --timeout 90s --stall-timeout 3s --report "$TMP/r.json" \
+		"$CTESTS/diag_hang" skip & p1=$!
+	s1=0; wait $p1 || s1=$?
+	s0=0; wait $p0 || s0=$?
+	cat "$TMP"/n?
+	[ "$s1" -ne 0 ]
+	grep -q "(node 1: ranks 1-2 of 3)" "$TMP/n1"
+	grep -q "^  rank 1 never entered it" "$TMP/n1"
+	grep -Eq "^ +2 +[0-9]+ +[A-Za-z] +1 +barrier" "$TMP/n1"
+	python3 - "$TMP/r.json" <<-'EOF'
+	import json, sys
+	d = json.load(open(sys.argv[1]))["diagnosis"]
+	assert sorted(r["rank"] for r in d["ranks"]) == [1, 2], d["ranks"]
+	EOF
+}
+
 @test "a rank failing on one node stops every node with its status" {
 	hosts 2
 	cat >"$TMP/fail.sh" <<-'EOF'
