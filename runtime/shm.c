@@ -692,8 +692,12 @@ int dri_shm_wait(int64_t timeout_ms)
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
 	d = __atomic_load_n(&b->doorbell, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&b->waiting, WAIT_FUTEX, __ATOMIC_SEQ_CST);
+	/* M.want is set by the thread that waits on a flag, maybe another
+	 * one: a stale pair only skips one sleep or takes one. */
+	const uint64_t *want = __atomic_load_n(&M.want, __ATOMIC_SEQ_CST);
+	uint64_t want_val = __atomic_load_n(&M.want_val, __ATOMIC_SEQ_CST);
 	if (!has_ready(b) && !__atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST) &&
-	    !(M.want && __atomic_load_n(M.want, __ATOMIC_SEQ_CST) >= M.want_val))
+	    !(want && __atomic_load_n(want, __ATOMIC_SEQ_CST) >= want_val))
 		rc = futex(&b->doorbell, FUTEX_WAIT, d, &ts);
 	__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
 	return !(rc < 0 && errno == ETIMEDOUT);
@@ -776,7 +780,7 @@ void dri_shm_ring_peer(int peer)
 
 void dri_shm_want(const uint64_t *word, uint64_t val)
 {
-	M.want_val = val;
+	__atomic_store_n(&M.want_val, val, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&M.want, word, __ATOMIC_SEQ_CST);
 }
 

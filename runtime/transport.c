@@ -1736,7 +1736,7 @@ static int drain_rings_locked(void)
 static int shm_step_locked(int64_t wait_ms, int spin)
 {
 	static int64_t last_event_ms;
-	static unsigned spins;
+	static _Thread_local unsigned spins; /* each waiting thread its own */
 	char msg[DRI_SEG_ABORT_MSG + 1];
 	int moved, parked = 0, d;
 	dr_err e = dri_shm_aborted(msg, sizeof(msg));
