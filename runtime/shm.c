@@ -115,6 +115,8 @@ static dr_err parse_mode(const char *s, int *mode)
 	return DR_OK;
 }
 
+static dr_err host_id(int slot);
+
 dr_err dri_shm_configure(const char *opt)
 {
 	const char *env = getenv("DISTRUN_TRANSPORT");
@@ -124,12 +126,14 @@ dr_err dri_shm_configure(const char *opt)
 			return dri_fail(DR_EINVAL, "dr_init_options.transport "
 					"'%s': use \"auto\", \"shm\" or \"tcp\"",
 					opt);
-		return DR_OK;
-	}
-	if (parse_mode(env, &M.mode))
+	} else if (parse_mode(env, &M.mode)) {
 		return dri_fail(DR_EENV, "DISTRUN_TRANSPORT='%s': use auto, shm "
 				"or tcp", env);
-	return DR_OK;
+	}
+	/* The host identity's variables too, here, before the rendezvous:
+	 * every rank then fails on its own with their name, rather than one
+	 * first and the others at its closed store. */
+	return host_id(-1);
 }
 
 int dri_shm_wanted(void)

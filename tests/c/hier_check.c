@@ -258,8 +258,10 @@ static void bits_on(const struct grp *G, size_t count, int async)
 	k = 0;
 	for (size_t d = 0; d < sizeof(floats) / sizeof(floats[0]); d++)
 		for (size_t o = 0; o < sizeof(fops) / sizeof(fops[0]); o++, k++) {
-			if (async)
+			if (async) {
 				TRY(dr_work_wait(w[k]));
+				dr_work_free(w[k]);
+			}
 			snprintf(what, sizeof(what), "all_reduce(%zu)%s on %d ranks",
 				 count, async ? " async" : "", G->n);
 			check_close(G, b[k], count, floats[d], fops[o], what);
