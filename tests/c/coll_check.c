@@ -39,21 +39,7 @@
 
 static int rank, size;
 
-#define DIE(...)                                                             \
-	do {                                                                 \
-		fprintf(stderr, "rank %d: ", rank);                          \
-		fprintf(stderr, __VA_ARGS__);                                \
-		fputc('\n', stderr);                                         \
-		exit(1);                                                     \
-	} while (0)
-
-#define TRY(call)                                                            \
-	do {                                                                 \
-		dr_err e_ = (call);                                          \
-		if (e_)                                                      \
-			DIE("%s failed: %s: %s", #call, dr_err_name(e_),     \
-			    dr_last_error());                                \
-	} while (0)
+#include "check.h"
 
 /* ---------------------------------------------- exact typed values */
 
