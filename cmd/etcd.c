@@ -28,6 +28,7 @@ struct etcd {
 	int port;
 	char err[256];
 	struct curl_slist *hdrs;
+	int call_ms;            /* each call's limit (CALL_MS) */
 };
 
 struct reply {
@@ -257,6 +258,7 @@ int etcd_open(struct etcd **out, const char *endpoint, char *err,
 	memcpy(e->host, hp, (size_t)(colon - hp));
 	e->port = atoi(colon + 1);
 	snprintf(e->base, sizeof(e->base), "%s://%s", scheme, hp);
+	e->call_ms = CALL_MS;
 	e->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
 	curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, e->hdrs);
 	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
@@ -276,6 +278,12 @@ int etcd_open(struct etcd **out, const char *endpoint, char *err,
 		return -1;
 	}
 	return 0;
+}
+
+void etcd_set_oneshot(struct etcd *e, int call_ms)
+{
+	e->call_ms = call_ms > 0 && call_ms < CALL_MS ? call_ms : CALL_MS;
+	curl_easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 1L);
 }
 
 void etcd_close(struct etcd *e)
@@ -345,7 +353,7 @@ static json_t *call(struct etcd *e, const char *path, json_t *body,
 static json_t *post(struct etcd *e, const char *path, json_t *body)
 {
 	struct reply r = { 0 };
-	json_t *j = call(e, path, body, CALL_MS, &r);
+	json_t *j = call(e, path, body, e->call_ms, &r);
 
 	free(r.buf);
 	return j;
@@ -458,7 +466,15 @@ int etcd_put(struct etcd *e, const char *key, const char *val, int64_t lease)
 int etcd_cas(struct etcd *e, const char *key, int64_t mod_rev,
 	     const char *val, int64_t lease)
 {
+	return etcd_cas_with(e, key, mod_rev, val, lease, NULL, NULL);
+}
+
+int etcd_cas_with(struct etcd *e, const char *key, int64_t mod_rev,
+		  const char *val, int64_t lease, const char *key2,
+		  const char *val2)
+{
 	json_t *put = put_req(key, val, lease), *cmp, *req, *j;
+	json_t *put2 = key2 ? put_req(key2, val2, lease) : NULL;
 	char *k = b64_encode(key), rs[32];
 	int ok;
 
@@ -471,13 +487,16 @@ int etcd_cas(struct etcd *e, const char *key, int64_t mod_rev,
 				       "create_revision", "0"))
 		: NULL;
 	free(k);
-	if (!put || !cmp) {
+	if (!put || !cmp || (key2 && !put2)) {
 		json_decref(put);
+		json_decref(put2);
 		json_decref(cmp);
 		return seterr(e, "out of memory");
 	}
-	req = json_pack("{s:[o],s:[{s:o}]}", "compare", cmp, "success",
-			"requestPut", put);
+	req = key2 ? json_pack("{s:[o],s:[{s:o},{s:o}]}", "compare", cmp,
+			       "success", "requestPut", put, "requestPut", put2)
+		   : json_pack("{s:[o],s:[{s:o}]}", "compare", cmp, "success",
+			       "requestPut", put);
 	if (!req)
 		return seterr(e, "out of memory");
 	j = post(e, "/v3/kv/txn", req);

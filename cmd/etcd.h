@@ -25,6 +25,11 @@ struct etcd;
 int etcd_open(struct etcd **out, const char *endpoint, char *err,
 	      size_t errsz);
 void etcd_close(struct etcd *e);
+/* Every later call within call_ms (at most the default, 5 s), on a
+ * connection of its own that is closed after it: a launcher keeping the
+ * handle while its ranks run holds no socket they would inherit, and a
+ * gone etcd stalls its loop briefly. */
+void etcd_set_oneshot(struct etcd *e, int call_ms);
 /* The last error's text ("connection refused", "etcd: ..."). */
 const char *etcd_error(const struct etcd *e);
 /* The host part of the endpoint (for finding our own address). */
@@ -41,6 +46,11 @@ int etcd_get(struct etcd *e, const char *key, char **val, int64_t *mod_rev,
  * compare failed (someone else wrote first), -1 error. */
 int etcd_cas(struct etcd *e, const char *key, int64_t mod_rev,
 	     const char *val, int64_t lease);
+/* The same, writing key2 = val2 too (on the same lease) in the same
+ * transaction when it succeeds; key2 NULL: etcd_cas. */
+int etcd_cas_with(struct etcd *e, const char *key, int64_t mod_rev,
+		  const char *val, int64_t lease, const char *key2,
+		  const char *val2);
 /* Unconditional put. 0 or -1. */
 int etcd_put(struct etcd *e, const char *key, const char *val, int64_t lease);
 /* A lease of ttl seconds: its id (> 0), or -1. */

@@ -29,6 +29,7 @@
 
 #include "auth.h"
 #include "nodes.h"
+#include "rdzv.h"
 
 #define PENDING_MAX 64
 #define FRAME_MS 5000
@@ -63,6 +64,7 @@ struct nodes {
 	int final_status;       /* spoke: from the hub's bye */
 	char hub_desc[128];     /* spoke: "the distrun of node 0 (ADDR) ..." */
 	bool got_bye;
+	struct rdzv_keep *keep; /* etcd's node 0: renews the round's lease */
 };
 
 static double mono(void)
@@ -548,14 +550,17 @@ static int spoke_join(struct nodes *nd, const struct node_plan *p,
 	double dl = mono() + p->timeout;
 	unsigned char chal[DRI_HS_CHAL], proof[DRI_HS_PROOF];
 	dri_hs hs;
-	int fd = -1, srv, err = 0;
+	int fd = -1, srv, err = 0, nap = 5;
 
+	/* Node 0 may not listen yet: nodes started together find it after
+	 * a few ms, so the naps start short and grow to 200 ms. */
 	while (mono() < dl) {
 		fd = try_connect(p->master_addr, p->port, dl);
 		if (fd >= 0)
 			break;
 		err = errno;
-		poll(NULL, 0, 200);
+		poll(NULL, 0, nap);
+		nap = nap < 100 ? 2 * nap : 200;
 	}
 	if (fd < 0) {
 		fprintf(stderr, "distrun: node %d cannot reach node 0 at %s:%d "
@@ -696,8 +701,10 @@ int nodes_pollfds(struct nodes *nd, struct pollfd *pfd, int max)
 
 	if (!nd)
 		return 0;
+	if (nd->keep && max > 0)
+		pfd[n++] = (struct pollfd){ rdzv_keep_fd(nd->keep), POLLIN, 0 };
 	if (!nd->hub) {
-		if (nd->hub_fd >= 0 && max > 0)
+		if (nd->hub_fd >= 0 && n < max)
 			pfd[n++] = (struct pollfd){ nd->hub_fd, POLLIN, 0 };
 		return n;
 	}
@@ -824,6 +831,12 @@ void nodes_handle(struct nodes *nd, struct node_event *ev)
 	ev->kind = NODE_EV_NONE;
 	if (!nd)
 		return;
+	if (nd->keep) {
+		struct pollfd pfd = { rdzv_keep_fd(nd->keep), POLLIN, 0 };
+
+		if (poll(&pfd, 1, 0) == 1)
+			rdzv_keep_tick(nd->keep);
+	}
 	if (!nd->hub) {
 		struct pollfd pfd = { nd->hub_fd, POLLIN, 0 };
 
@@ -916,6 +929,7 @@ void nodes_release(struct nodes *nd)
 {
 	if (!nd)
 		return;
+	rdzv_keep_stop(nd->keep);
 	if (nd->hub_fd >= 0)
 		close(nd->hub_fd);
 	for (int k = 0; nd->node && k < nd->nnodes; k++)
@@ -930,12 +944,11 @@ void nodes_release(struct nodes *nd)
 
 #include "cluster.h"
 #include "launcher.h"
-#include "rdzv.h"
 
 /* The plan from the options, else from Slurm or Kubeflow; then etcd's
  * rendezvous when asked.  0 with nnodes 1: a one-node job as ever. */
 static int make_plan(struct job *job, struct node_plan *p, char *addr,
-		     size_t addrsz)
+		     size_t addrsz, struct rdzv_keep **keep)
 {
 	struct opts *o = job->o;
 	struct cluster c;
@@ -978,6 +991,16 @@ static int make_plan(struct job *job, struct node_plan *p, char *addr,
 		p->node_rank = res.node_rank;
 		p->port = res.master_port;
 		snprintf(addr, addrsz, "%s", res.master_addr);
+		/* A node started afresh may have joined a restart's round:
+		 * its ranks see that count, and its restarts left are the
+		 * job's. */
+		job->restarts = res.round;
+		if (res.node_rank == 0 && res.nnodes > 1 && res.lease > 0 &&
+		    !(*keep = rdzv_keep_start(o->rdzv_endpoint, res.lease, err,
+					      sizeof(err)))) {
+			fprintf(stderr, "distrun: %s\n", err);
+			return -1;
+		}
 		return 0;
 	}
 	if (o->rdzv_endpoint) {
@@ -1075,11 +1098,13 @@ int nodes_setup(struct job *job)
 	struct opts *o = job->o;
 	struct node_plan p;
 	struct node_start st;
+	struct rdzv_keep *keep = NULL;
 
 	job->nnodes = 1;
 	job->node_rank = 0;
-	if (restart_round(job) || make_plan(job, &p, addr, sizeof(addr)))
-		return -1;
+	if (restart_round(job) ||
+	    make_plan(job, &p, addr, sizeof(addr), &keep))
+		goto fail;
 	if (p.nnodes <= 1)
 		return 0;
 	if (o->max_restarts > 0 && !(o->rdzv_backend &&
@@ -1089,14 +1114,14 @@ int nodes_setup(struct job *job)
 		 * only etcd's rounds do (nodes_job_restart). */
 		fprintf(stderr, "distrun: --max-restarts restarts a job on one "
 			"node only; this job has %d nodes\n", p.nnodes);
-		return -1;
+		goto fail;
 	}
 	if (o->show && !o->ranks_arg) {
 		/* -n may have come from PET_NPROC_PER_NODE. */
 		uint8_t *show = realloc(o->show, (size_t)o->nranks);
 
 		if (!show)
-			return -1;
+			goto fail;
 		memset(show, 1, (size_t)o->nranks);
 		o->show = show;
 	}
@@ -1106,11 +1131,11 @@ int nodes_setup(struct job *job)
 		/* Rank 0's store: a free port, held as for one node. */
 		o->master_port = 0;
 		if (port_reserve(job))
-			return -1;
+			goto fail;
 		p.rank_port = job->master_port;
 	}
 	if (nodes_join(&job->nodes, &p, &st))
-		return -1;
+		goto fail;
 	job->nnodes = st.nnodes;
 	job->node_rank = st.node_rank;
 	job->world_size = st.world_size;
@@ -1122,7 +1147,11 @@ int nodes_setup(struct job *job)
 		 st.secret_hex);
 	/* Every node's ranks carry the same run id. */
 	snprintf(job->run_id, sizeof(job->run_id), "%.39s", st.run_id);
+	job->nodes->keep = keep;
 	return 0;
+fail:
+	rdzv_keep_stop(keep);
+	return -1;
 }
 
 int nodes_job_pollfds(struct job *job, struct pollfd *pfd, int max)

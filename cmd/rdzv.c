@@ -19,15 +19,26 @@
  * away by itself (after RDZV_TTL seconds) and the next job with that id
  * starts afresh.  Waiting is an etcd watch, bounded by the nearest
  * deadline; the whole rendezvous by --join-timeout.
+ *
+ * A restart (--max-restarts) meets in a key of its own,
+ * /distrun/rdzv/JOB/roundN/state, and the node that makes it points
+ * /distrun/rdzv/JOB/current ({"round": N}, on the round's lease) at it in
+ * the same transaction: a node started afresh reads that first and
+ * joins the round the job is in, or is told that round started without
+ * it.  Once a round is closed, its
+ * node 0 renews the lease for as long as the job runs (rdzv_keep_*), so
+ * the closed state, and with it the answer to a late node, stays.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,25 +105,59 @@ static int fail(char *err, size_t n, const char *what, struct etcd *e)
 	return -1;
 }
 
+/* The round the job is in, for a node started afresh: N from the key
+ * /distrun/rdzv/JOB/current, 0 where there is none (no restart yet, or
+ * one whose round is gone), -1 with a message. */
+static int current_round(struct etcd *e, const char *run_id, char *err,
+			 size_t errsz)
+{
+	char key[300], *val = NULL;
+	int64_t mod;
+	json_t *j;
+	json_int_t r;
+	int got;
+
+	snprintf(key, sizeof(key), "/distrun/rdzv/%s/current", run_id);
+	got = etcd_get(e, key, &val, &mod, NULL);
+	if (got <= 0)
+		return got < 0 ? fail(err, errsz, "etcd rendezvous", e) : 0;
+	j = json_loads(val, 0, NULL);
+	free(val);
+	r = json_integer_value(json_object_get(j, "round"));
+	json_decref(j);
+	/* etcd is outside the job: a round is a small positive number. */
+	if (r < 1 || r > 1000000) {
+		snprintf(err, errsz, "etcd key %s does not hold a distrun "
+			 "round", key);
+		return -1;
+	}
+	return (int)r;
+}
+
+
 int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 	      size_t errsz)
 {
 	struct etcd *e = NULL;
-	char key[300], me_addr[64], token[17];
+	char key[300], ckey[300], cval[32], me_addr[64], token[17];
 	uint8_t tok[8];
 	double deadline = mono() + p->timeout;
 	int64_t lease = 0;
-	int joined = -1, rc = -1;
+	int joined = -1, rc = -1, round = p->round;
 
 	memset(res, 0, sizeof(*res));
-	/* A restart meets in a key of its own: the last round's is closed. */
-	if (p->round)
-		snprintf(key, sizeof(key), "/distrun/rdzv/%s/round%d/state",
-			 p->run_id, p->round);
-	else
-		snprintf(key, sizeof(key), "/distrun/rdzv/%s/state", p->run_id);
 	if (etcd_open(&e, p->endpoint, err, errsz))
 		return -1;
+	/* A node started afresh joins the round of a restart, if there is
+	 * one; a restarted node knows its round. */
+	if (!round && (round = current_round(e, p->run_id, err, errsz)) < 0)
+		goto out;
+	/* A restart meets in a key of its own: the last round's is closed. */
+	if (round)
+		snprintf(key, sizeof(key), "/distrun/rdzv/%s/round%d/state",
+			 p->run_id, round);
+	else
+		snprintf(key, sizeof(key), "/distrun/rdzv/%s/state", p->run_id);
 	if (p->addr && *p->addr)
 		snprintf(me_addr, sizeof(me_addr), "%s", p->addr);
 	else if (own_addr(etcd_host(e), etcd_port(e), me_addr,
@@ -164,9 +209,16 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			if (p->max_nodes == 1)
 				json_object_set_new(st, "state",
 						    json_string("closed"));
+			/* A restart's round is made and pointed at in one
+			 * transaction: a node started afresh that finds
+			 * the round finds the pointer too. */
+			snprintf(ckey, sizeof(ckey), "/distrun/rdzv/%s/current",
+				 p->run_id);
+			snprintf(cval, sizeof(cval), "{\"round\":%d}", round);
 			s = json_dumps(st, JSON_COMPACT);
 			json_decref(st);
-			if (s && etcd_cas(e, key, 0, s, lease) == 1)
+			if (s && etcd_cas_with(e, key, 0, s, lease,
+					       round ? ckey : NULL, cval) == 1)
 				joined = 0;
 			free(s);
 			continue;
@@ -200,14 +252,21 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 		}
 		if (!strcmp(state, "closed")) {
 			if (joined < 0) {
+				char rs[32] = "";
+
+				if (round)
+					snprintf(rs, sizeof(rs), " (restart %d)",
+						 round);
 				snprintf(err, errsz, "rendezvous %s is closed: "
-					 "its job started with %d nodes; this "
-					 "node came too late", p->run_id, n);
+					 "its job%s started with %d nodes; this "
+					 "node came too late", p->run_id, rs, n);
 				json_decref(st);
 				goto out;
 			}
 			res->nnodes = n;
 			res->node_rank = joined;
+			res->round = round;
+			res->lease = lease;
 			json_t *n0 = json_array_get(nodes, 0);
 			const char *a = json_string_value(json_object_get(n0,
 								  "addr"));
@@ -287,4 +346,61 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 out:
 	etcd_close(e);
 	return rc;
+}
+
+struct rdzv_keep {
+	struct etcd *e;
+	int64_t lease;
+	int fd;
+};
+
+struct rdzv_keep *rdzv_keep_start(const char *endpoint, int64_t lease,
+				  char *err, size_t errsz)
+{
+	/* A third of the TTL: two renewals may fail before it expires. */
+	struct itimerspec it = { { RDZV_TTL / 3, 0 }, { RDZV_TTL / 3, 0 } };
+	struct rdzv_keep *k = calloc(1, sizeof(*k));
+
+	if (!k) {
+		snprintf(err, errsz, "out of memory");
+		return NULL;
+	}
+	k->lease = lease;
+	k->fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (k->fd < 0 || timerfd_settime(k->fd, 0, &it, NULL)) {
+		snprintf(err, errsz, "timerfd for etcd's lease: %s",
+			 strerror(errno));
+		goto fail;
+	}
+	if (etcd_open(&k->e, endpoint, err, errsz))
+		goto fail;
+	etcd_set_oneshot(k->e, 1000);
+	return k;
+fail:
+	rdzv_keep_stop(k);
+	return NULL;
+}
+
+int rdzv_keep_fd(const struct rdzv_keep *k)
+{
+	return k ? k->fd : -1;
+}
+
+void rdzv_keep_tick(struct rdzv_keep *k)
+{
+	uint64_t n;
+
+	if (!k || read(k->fd, &n, sizeof(n)) != (ssize_t)sizeof(n))
+		return;
+	etcd_lease_keepalive(k->e, k->lease);
+}
+
+void rdzv_keep_stop(struct rdzv_keep *k)
+{
+	if (!k)
+		return;
+	if (k->fd >= 0)
+		close(k->fd);
+	etcd_close(k->e);
+	free(k);
 }

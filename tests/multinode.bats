@@ -270,6 +270,32 @@ enode() { # enode I NNODES ARGS...: distrun on host I joining through etcd
 	cat "$TMP/n0" "$TMP/n1" | grep -q "G=1 W=2"
 }
 
+@test "etcd: a node that comes after the round's lease would have run out (15 s) is still told it came too late" {
+	hosts 3
+	etcd_up
+	cat >"$TMP/wait.sh" <<-EOF2
+	#!/bin/sh
+	echo "G=\$GROUP_RANK in"
+	while [ ! -e "$TMP/go" ]; do sleep 0.2; done
+	EOF2
+	chmod +x "$TMP/wait.sh"
+	enode 0 2 -n 1 --timeout 200s "$TMP/wait.sh" & p0=$!
+	enode 1 2 -n 1 --timeout 200s "$TMP/wait.sh" & p1=$!
+	in_job() { grep -q "G=0 in" "$TMP/n0" "$TMP/n1" && grep -q "G=1 in" "$TMP/n0" "$TMP/n1"; }
+	wait_until 60 in_job
+	# past the TTL of the lease the nodes renewed while they waited:
+	# node 0 renews it while the job runs
+	sleep 20
+	s2=0; enode 2 2 -n 1 --join-timeout 60s "$TMP/wait.sh" || s2=$?
+	touch "$TMP/go"
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP"/n?
+	[ "$s2" -eq 1 ]
+	grep -q "is closed: its job started with 2 nodes; this node came too late" "$TMP/n2"
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+}
+
 # restart_job: $TMP/job.sh, which prints its round and place, then (in
 # round 0, or in every round with ROUNDS=all) sleeps until stopped.
 restart_job() {
@@ -306,13 +332,18 @@ hub_of() {
 	return 1
 }
 
+# lose_hub: kills the distrun of round 0's node 0; its host in $h.
+lose_hub() {
+	h=$(hub_of 0 "$TMP"/n?)
+	kill -9 $(ns_pids "$h" distrun)
+}
+
 @test "etcd: a lost node restarts the rendezvous within --max-restarts; the others meet again with new node ranks" {
 	hosts 3
 	etcd_up
 	restart_nodes 2
-	h=$(hub_of 0 "$TMP"/n?)
 	# node 0 of the round (the hub) goes; the other two meet again
-	kill -9 $(ns_pids "$h" distrun)
+	lose_hub
 	rc=(0 0 0)
 	for i in 0 1 2; do eval "wait \$p$i" || rc[$i]=$?; done
 	cat "$TMP"/n?
@@ -332,8 +363,7 @@ hub_of() {
 	hosts 3
 	etcd_up
 	ROUNDS=all restart_nodes 1
-	h=$(hub_of 0 "$TMP"/n?)
-	kill -9 $(ns_pids "$h" distrun)
+	lose_hub
 	wait_until 60 in_round 1 2
 	left=()
 	for i in 0 1 2; do [ "$i" = "$h" ] || left+=("$TMP/n$i"); done
@@ -345,6 +375,53 @@ hub_of() {
 	last=$(( 3 - h - h1 ))
 	[ "${rc[$last]}" -ne 0 ]
 	grep -q "distrun: the distrun of node 0 ($NET.$((h1 + 1))) was lost; no restarts left (--max-restarts 1)" "$TMP/n$last"
+}
+
+# round_has ROUND N: etcd holds the state of that restart's round with N
+# nodes in it.
+round_has() {
+	local key
+	key=$(printf '/distrun/rdzv/job%s/round%s/state' "$BATS_TEST_NUMBER" "$1" | base64 -w0)
+	[ "$(on 0 curl -sf -X POST "http://$NET.1:2379/v3/kv/range" -d "{\"key\":\"$key\"}" |
+		sed -n 's/.*"value":"\([^"]*\)".*/\1/p' | base64 -d |
+		grep -o '"token"' | wc -l)" -eq "$2" ]
+}
+
+@test "etcd: after a restart, a node started afresh joins the round the job is in" {
+	hosts 3
+	etcd_up
+	restart_job
+	for i in 0 1 2; do
+		enode $i 3 -n 1 --max-restarts 2 --timeout 200s --join-timeout 100s "$TMP/job.sh" &
+		eval "p$i=\$!"
+	done
+	wait_until 60 in_round 0 3
+	lose_hub
+	# the two others wait in round 1 for a third node
+	wait_until 60 round_has 1 2
+	# a distrun started anew on the lost node's host (not a restart)
+	s=0; enode "$h" 3 -n 1 --max-restarts 2 --join-timeout 100s "$TMP/job.sh" || s=$?
+	rc=(0 0 0)
+	for i in 0 1 2; do [ "$i" = "$h" ] || eval "wait \$p$i" || rc[$i]=$?; done
+	cat "$TMP"/n?
+	[ "$s" -eq 0 ] && [ "${rc[0]}" -eq 0 ] && [ "${rc[1]}" -eq 0 ] && [ "${rc[2]}" -eq 0 ]
+	# its rank is in round 1 with the others, and counts that restart
+	grep -q 'round=1 max=2 G=[012] GW=3 W=3 R=[012]$' "$TMP/n$h"
+	[ "$(cat "$TMP"/n? | grep -c 'round=1 max=2 G=[012] GW=3 W=3 R=[012]$')" -eq 3 ]
+	[ "$(cat "$TMP"/n? | grep 'round=1 ' | sed 's/.* G=\([012]\) .*/\1/' | sort -u | wc -l)" -eq 3 ]
+}
+
+@test "etcd: after a restart, a node that comes once that round has closed is told so; the job goes on" {
+	hosts 3
+	etcd_up
+	ROUNDS=all restart_nodes 2
+	lose_hub
+	wait_until 60 in_round 1 2
+	s=0; enode "$h" 2:3 -n 1 --max-restarts 2 --join-timeout 100s "$TMP/job.sh" || s=$?
+	cat "$TMP"/n?
+	[ "$s" -eq 1 ]
+	grep -q "rendezvous job$BATS_TEST_NUMBER is closed: its job (restart 1) started with 2 nodes; this node came too late" "$TMP/n$h"
+	for i in 0 1 2; do [ "$i" = "$h" ] || eval "kill -0 \$p$i"; done
 }
 
 @test "DISTRUN_RESTART_COUNT beyond --max-restarts is refused, naming it" {
