@@ -81,6 +81,23 @@
  * (each rank reads p buffers), and at most SMALL_TOTAL for all ranks. */
 #define SMALL_BYTES ((size_t)16 << 10)
 #define SMALL_TOTAL ((size_t)256 << 10)
+/* reduce: at most this many bytes per rank, and ROOTED_TOTAL for all,
+ * go the rooted way (the root alone reduces every slot). */
+#define ROOTED_BYTES ((size_t)64 << 10)
+#define ROOTED_TOTAL ((size_t)512 << 10)
+/* A rank checks a rooted call's records this many calls later (seg.h
+ * keeps DRI_SEG_CALLS of each rank's). */
+#define LAG (DRI_SEG_CALLS / 2)
+
+/* A call as this rank made it: its number among the calls through the
+ * flags (its record's place, seg.h), first and last phase, and whether
+ * it is still to be checked against every rank's (a rooted call that
+ * did not wait for them all). */
+struct rec {
+	uint64_t n, first, last;
+	dri_msg_id id;
+	int open;
+};
 
 /* This process's place in the sequence of phases and uses (the same on
  * every rank), and its settings.  Only the world group's calls come
@@ -88,6 +105,11 @@
 static struct {
 	uint64_t phase;
 	unsigned use;
+	uint64_t ncall;        /* calls through the flags */
+	uint64_t safe;         /* every other rank's up has reached it */
+	uint64_t need[2];      /* half h is written again once every
+				* other rank's up reaches need[h] */
+	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
 	int configured, off, oversub;
 	unsigned generation;   /* dri_shm_generation() configured for */
 	int64_t spin_us;
@@ -100,10 +122,13 @@ struct call {
 	const dri_op *op;
 	int p, r;
 	int tree, first;
+	int from;              /* flat: the rank waited for, -1: all */
+	int half;              /* of the current use, -1 before the first */
 	uint64_t e;            /* the phase waited for */
 	int cursor, stage;     /* how far waiting_for got */
 	int bad;               /* tree: a child whose call differs, or -1 */
 	int64_t t0;            /* when it started (the deadline is in op->id) */
+	struct rec rec;        /* this call */
 };
 
 static int64_t now_us(void)
@@ -143,8 +168,10 @@ static void configure(void)
 	    (size_t)atoll(e) < S.chunk)
 		S.chunk = (size_t)atoll(e) / 64 * 64;
 	/* A new process group: every rank's flags start from 0 again. */
-	S.phase = 0;
+	S.phase = S.ncall = S.safe = 0;
 	S.use = 0;
+	memset(S.need, 0, sizeof(S.need));
+	memset(S.past, 0, sizeof(S.past));
 	S.generation = dri_shm_generation();
 	S.configured = 1;
 }
@@ -176,27 +203,40 @@ static int same_call(const dri_msg_id *a, const dri_msg_id *b)
 	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
 }
 
-/* Rank peer's call at phase e (its published one, or a call with coll 0
- * when it is in another seq). */
-static void peer_call(const struct call *c, int peer, dri_msg_id *id)
+/* Rank peer's record of call rec (a call with coll 0 when it has
+ * another there: another seq, or with strict, another first phase). */
+static void rec_call(const struct call *c, const struct rec *rec, int peer,
+		     int strict, dri_msg_id *id)
 {
 	if (peer == c->r) {
-		*id = c->op->id;
+		*id = rec->id;
 		return;
 	}
-	if (!dri_shm_read_call(peer, (int)(c->e & 1), c->op->id.seq, c->e, id))
+	if (!dri_shm_read_call(peer, (int)(rec->n % DRI_SEG_CALLS), rec->id.seq,
+			       strict ? rec->first : 0, id))
 		memset(id, 0, sizeof(*id));
+}
+
+/* Whether peer's record of this call is there and differs from ours. */
+static int call_differs(const struct call *c, int peer)
+{
+	dri_msg_id theirs;
+
+	if (!c->first)
+		return 0;
+	rec_call(c, &c->rec, peer, 1, &theirs);
+	return theirs.coll && !same_call(&c->rec.id, &theirs);
 }
 
 /* The tree's child of the first phase whose call differs from ours. */
 static int child_differs(const struct call *c, int child)
 {
-	dri_msg_id mine = c->op->id, theirs;
+	dri_msg_id theirs;
 
 	if (!c->first)
 		return 0;
-	peer_call(c, child, &theirs);
-	return !same_call(&mine, &theirs);
+	rec_call(c, &c->rec, child, 1, &theirs);
+	return !same_call(&c->rec.id, &theirs);
 }
 
 /* The first rank of child's subtree that has not arrived at c->e, as
@@ -219,6 +259,20 @@ static int waiting_for(void *arg)
 {
 	struct call *c = arg;
 
+	if (!c->tree && c->from >= 0) {
+		dri_seg_rank *b = dri_shm_blk(c->from);
+
+		if (load(&b->up) >= c->e)
+			return -1;
+		/* It waits too (it takes itself for a reader), or for
+		 * something else: its record says so. */
+		if (call_differs(c, c->from)) {
+			c->bad = c->from;
+			return -1;
+		}
+		dri_shm_want(&b->up, c->e);
+		return c->from;
+	}
 	if (!c->tree) {
 		for (; c->cursor < c->p; c->cursor++) {
 			dri_seg_rank *b;
@@ -305,9 +359,11 @@ static int spin_wait(struct call *c)
 	}
 }
 
-/* DR_EMISMATCH naming ranks a and b (a < b) and their calls; the group is
- * aborted.  If a message shows the difference, transport.c names it. */
-static dr_err mismatch(const struct call *c, int a, int b)
+/* DR_EMISMATCH naming ranks a and b (a < b) and their calls rec; the
+ * group is aborted.  If a message shows the difference, transport.c
+ * names it. */
+static dr_err mismatch(const struct call *c, const struct rec *rec, int a,
+		       int b)
 {
 	dri_msg_id ia, ib;
 	char da[256], db[256], msg[640];
@@ -315,32 +371,45 @@ static dr_err mismatch(const struct call *c, int a, int b)
 
 	if ((err = dri_transport_stale_check(&c->op->id)))
 		return err;
-	peer_call(c, a, &ia);
-	peer_call(c, b, &ib);
+	rec_call(c, rec, a, 0, &ia);
+	rec_call(c, rec, b, 0, &ib);
 	dri_msg_id_describe(&ia, da, sizeof(da));
 	dri_msg_id_describe(&ib, db, sizeof(db));
 	snprintf(msg, sizeof(msg), "rank %d called %s but rank %d called %s "
 		 "(seq %llu)", a, ia.coll ? da : "another call", b,
 		 ib.coll ? db : "another call",
-		 (unsigned long long)c->op->id.seq);
+		 (unsigned long long)rec->id.seq);
 	dri_transport_abort(DR_EMISMATCH, msg);
 	return dri_fail(DR_EMISMATCH, "%s", msg);
 }
 
-/* One phase: arrive (this rank's writes for it are done), wait until
- * every rank has. */
-static dr_err phase(struct call *c)
+/* Every rank's record of call rec against rank 0's (flat; every rank
+ * has arrived at its last phase). */
+static dr_err check_all(const struct call *c, const struct rec *rec)
 {
-	dri_seg_rank *me = dri_shm_blk(c->r);
-	dr_err err = DR_OK;
+	dri_msg_id zero, other;
 
+	rec_call(c, rec, 0, 1, &zero);
+	for (int i = 1; i < c->p; i++) {
+		rec_call(c, rec, i, 1, &other);
+		if (!zero.coll || !same_call(&zero, &other))
+			return mismatch(c, rec, 0, i);
+	}
+	return DR_OK;
+}
+
+/* The next phase; at the call's first, its record (seg.h), which the
+ * peers read once up shows the phase. */
+static void begin(struct call *c)
+{
 	c->e = ++S.phase;
-	c->cursor = c->stage = 0;
-	c->bad = -1;
+	c->rec.last = c->e;
 	if (c->first) {
 		const dri_msg_id *id = &c->op->id;
-		dri_seg_call *rec = &me->call[c->e & 1];
+		dri_seg_call *rec =
+			&dri_shm_blk(c->r)->call[c->rec.n % DRI_SEG_CALLS];
 
+		c->rec.first = c->e;
 		/* seq 0 while the fields change: a reader takes it for none */
 		publish(&rec->seq, 0);
 		__atomic_store_n(&rec->coll, (int32_t)id->coll, __ATOMIC_RELAXED);
@@ -351,38 +420,153 @@ static dr_err phase(struct call *c)
 		__atomic_store_n(&rec->phase, c->e, __ATOMIC_RELAXED);
 		publish(&rec->seq, id->seq + 1);
 	}
-	if (!c->tree) {
-		publish(&me->up, c->e);
-		for (int i = 0; i < c->p; i++)
-			dri_shm_ring_peer(i);
-	}
+}
+
+/* Arrives at c->e (flat) and wakes whoever may wait for it. */
+static void arrive(struct call *c)
+{
+	publish(&dri_shm_blk(c->r)->up, c->e);
+	for (int i = 0; i < c->p; i++)
+		dri_shm_ring_peer(i);
+}
+
+/* Waits until waiting_for says the phase c->e is passed (for c->from,
+ * flat), spinning first. */
+static dr_err await(struct call *c)
+{
+	dr_err err = DR_OK;
+
+	c->cursor = c->stage = 0;
+	c->bad = -1;
 	if (!spin_wait(c))
 		err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0,
 					      S.spin_us > 0);
 	dri_shm_want(NULL, 0);
-	if (err)
+	return err;
+}
+
+/* Waits until every other rank's up has reached v (flat). */
+static dr_err await_all(struct call *c, uint64_t v)
+{
+	uint64_t e = c->e;
+	int first = c->first;
+	dr_err err;
+
+	if (v <= S.safe)
+		return DR_OK;
+	c->e = v;
+	c->from = -1;
+	c->first = 0;
+	err = await(c);
+	c->e = e;
+	c->first = first;
+	if (!err)
+		S.safe = v;
+	return err;
+}
+
+/* One phase: arrive (this rank's writes for it are done), wait until
+ * every rank has.  The current half may be written again once every
+ * rank arrives at a later phase (it reads before that). */
+static dr_err phase(struct call *c)
+{
+	dr_err err;
+
+	begin(c);
+	if (!c->tree)
+		arrive(c);
+	c->from = -1;
+	if ((err = await(c)))
 		return err;
 	if (c->bad >= 0)
-		return mismatch(c, c->r < c->bad ? c->r : c->bad,
+		return mismatch(c, &c->rec, c->r < c->bad ? c->r : c->bad,
 				c->r < c->bad ? c->bad : c->r);
-	if (c->first && !c->tree) {
-		dri_msg_id zero, other;
-
-		peer_call(c, 0, &zero);
-		for (int i = 1; i < c->p; i++) {
-			peer_call(c, i, &other);
-			if (!zero.coll || !same_call(&zero, &other))
-				return mismatch(c, 0, i);
-		}
-	}
+	if (c->first && !c->tree && (err = check_all(c, &c->rec)))
+		return err;
 	c->first = 0;
+	S.safe = c->e;
+	if (c->half >= 0)
+		S.need[c->half] = c->e + 1;
 	return DR_OK;
 }
 
-/* The half of the slots for the next use. */
-static int next_half(void)
+/* Rooted calls (flat): a rank that only writes (a broadcast's root, a
+ * reduce's others) arrives and goes on; one that reads waits for the
+ * writers only, reads, then arrives (take, then post).  Nobody waits
+ * for the readers here: the next write of the half (two uses later)
+ * waits until they are done with it (next_half), and LAG calls later
+ * every rank checks that every rank made the same call (settle). */
+static void post(struct call *c)
 {
-	return (int)(S.use++ & 1);
+	begin(c);
+	arrive(c);
+	c->first = 0;
+	c->rec.open = 1;
+	S.need[c->half] = c->e;
+}
+
+/* Waits until rank from (-1: every other) has arrived at the next
+ * phase; the caller then reads and posts (done). */
+static dr_err take(struct call *c, int from)
+{
+	dr_err err;
+
+	begin(c);
+	c->from = from;
+	err = await(c);
+	c->from = -1;
+	if (err)
+		return err;
+	if (c->bad >= 0 || (c->first && from >= 0 && call_differs(c, from)))
+		return mismatch(c, &c->rec, c->r < from ? c->r : from,
+				c->r < from ? from : c->r);
+	if (c->first && from < 0 && (err = check_all(c, &c->rec)))
+		return err;
+	c->first = 0;
+	/* A reader of one rank has not seen the others' calls. */
+	c->rec.open |= from >= 0;
+	S.need[c->half] = c->e;
+	return DR_OK;
+}
+
+static void done(struct call *c)
+{
+	arrive(c);
+}
+
+/* Call rec.n - LAG, if it was rooted: wait until every rank is past it
+ * and check every rank's record of it against rank 0's. */
+static dr_err settle(struct call *c)
+{
+	struct rec *o = &S.past[c->rec.n % LAG];
+	dr_err err;
+
+	if (!o->open)
+		return DR_OK;
+	o->open = 0;
+	if ((err = await_all(c, o->last)))
+		return err;
+	return check_all(c, o);
+}
+
+/* Whether one of the last LAG calls is still to be checked. */
+static int any_open(void)
+{
+	for (int k = 0; k < LAG; k++)
+		if (S.past[k].open)
+			return 1;
+	return 0;
+}
+
+/* The half of the slots for the next use (every rank takes the same);
+ * writes: this rank will write its own, so the readers of its last use
+ * must be done with it. */
+static dr_err next_half(struct call *c, int writes, int *h)
+{
+	*h = c->half = (int)(S.use++ & 1);
+	if (!writes || c->tree)
+		return DR_OK;
+	return await_all(c, S.need[*h]);
 }
 
 static char *slot(int r, int h)
@@ -430,9 +614,11 @@ static dr_err reduce_small(struct call *c, int all)
 {
 	const dri_op *op = c->op;
 	size_t n = op->count * dr_dtype_size(op->dtype);
-	int h = next_half();
+	int h;
 	dr_err err;
 
+	if ((err = next_half(c, 1, &h)))
+		return err;
 	memcpy(slot(c->r, h), op->buf, n);
 	if ((err = phase(c)))
 		return err;
@@ -457,8 +643,10 @@ static dr_err reduce_large(struct call *c, int all)
 		size_t len = op->count - c0 < chunk ? op->count - c0 : chunk;
 		size_t mo = dri_block_off(len, p, r), mn = dri_block_off(len, p, r + 1) - mo;
 		char *base = buf + c0 * es;
-		int h = next_half();
+		int h;
 
+		if ((err = next_half(c, 1, &h)))
+			break;
 		for (int i = 0; i < p; i++) {
 			size_t o = dri_block_off(len, p, i);
 
@@ -501,30 +689,70 @@ static dr_err all_reduce_shm(struct call *c)
 	return reduce_large(c, 1);
 }
 
+/* reduce, rooted (flat, small): each of the others writes its buffer
+ * into its slot and goes on; the root waits for them all and reduces
+ * the slots (its own buffer in its place) in rank order. */
+static dr_err reduce_rooted(struct call *c)
+{
+	const dri_op *op = c->op;
+	size_t n = op->count * dr_dtype_size(op->dtype);
+	int h, root = op->root;
+	dr_err err;
+
+	if ((err = next_half(c, c->r != root, &h)))
+		return err;
+	if (c->r != root) {
+		memcpy(slot(c->r, h), op->buf, n);
+		post(c);
+		return DR_OK;
+	}
+	if ((err = take(c, -1)))
+		return err;
+	for (int i = 0; i < c->p; i++)
+		S.in[i] = i == root ? op->buf : slot(i, h);
+	if (!(err = reduce_ordered(c, op->buf, NULL, op->count)))
+		done(c);
+	return err;
+}
+
 static dr_err reduce_shm(struct call *c)
 {
 	size_t n = c->op->count * dr_dtype_size(c->op->dtype);
 
+	if (!c->tree && n <= ROOTED_BYTES && n * (size_t)c->p <= ROOTED_TOTAL)
+		return reduce_rooted(c);
 	if (n <= SMALL_BYTES && n * (size_t)c->p <= SMALL_TOTAL)
 		return reduce_small(c, 0);
 	return reduce_large(c, 0);
 }
 
+/* broadcast: the root copies a chunk into a half and goes on (flat:
+ * rooted; in a tree, one phase per chunk), the others copy it out. */
 static dr_err broadcast_shm(struct call *c)
 {
 	const dri_op *op = c->op;
 	size_t n = op->count * dr_dtype_size(op->dtype), chunk = S.chunk;
 	char *buf = op->buf;
+	int root = op->root, me = c->r == root;
 	dr_err err = DR_OK;
 
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;
-		int h = next_half();
+		int h;
 
-		if (c->r == op->root)
+		if ((err = next_half(c, me, &h)))
+			break;
+		if (me)
 			memcpy(slot(c->r, h), buf + a, k);
-		if (!(err = phase(c)) && c->r != op->root)
-			memcpy(buf + a, slot(op->root, h), k);
+		if (c->tree) {
+			if (!(err = phase(c)) && !me)
+				memcpy(buf + a, slot(root, h), k);
+		} else if (me) {
+			post(c);
+		} else if (!(err = take(c, root))) {
+			memcpy(buf + a, slot(root, h), k);
+			done(c);
+		}
 	}
 	return err;
 }
@@ -551,8 +779,10 @@ static dr_err gather_shm(struct call *c, int root)
 	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;
-		int h = next_half();
+		int h;
 
+		if ((err = next_half(c, 1, &h)))
+			break;
 		memcpy(slot(c->r, h), in + a, k);
 		if ((err = phase(c)) || !reads)
 			continue;
@@ -587,8 +817,10 @@ static dr_err reduce_scatter_shm(struct call *c)
 	}
 	for (size_t a = 0; a < cnt && !err; a += chunk) {
 		size_t k = cnt - a < chunk ? cnt - a : chunk;
-		int h = next_half();
+		int h;
 
+		if ((err = next_half(c, 1, &h)))
+			break;
 		for (int i = 0; i < c->p; i++)
 			if (i != c->r)
 				memcpy(slot(c->r, h) + (size_t)i * k * es,
@@ -631,8 +863,10 @@ static dr_err spread_shm(struct call *c, int all)
 	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;
-		int h = next_half();
+		int h;
 
+		if ((err = next_half(c, 1, &h)))
+			break;
 		if (all || c->r == root)
 			for (int j = 0; j < c->p; j++)
 				if (j != c->r)
@@ -684,7 +918,19 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	c.r = g->rank;
 	c.tree = c.p > DRI_SHM_FLAT_MAX;
 	c.first = 1;
+	c.from = c.half = -1;
 	c.t0 = dri_now_ms();
+	c.rec.n = S.ncall++;
+	c.rec.id = op->id;
+	/* A rooted call may have returned before the others saw it: an
+	 * abort since (a peer's mismatch, its death) fails this one. */
+	if (any_open()) {
+		if (dri_shm_pending() &&
+		    (*err = dri_transport_stale_check(&op->id)))
+			return 1;
+		if (!c.tree && (*err = settle(&c)))
+			return 1;
+	}
 	switch (op->id.coll) {
 	case DRI_BARRIER:
 		*err = barrier_shm(&c);
@@ -719,5 +965,6 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	 * error, dri_submit aborts the group: the others wait for us.) */
 	if (!*err && c.first)
 		*err = phase(&c);
+	S.past[c.rec.n % LAG] = c.rec;
 	return 1;
 }

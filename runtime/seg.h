@@ -35,7 +35,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 2
+#define DRI_SEG_VERSION 3
 /* The environment variable that names the inherited segment's fd. */
 #define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
@@ -82,7 +82,8 @@ typedef struct {
 } dri_seg_hdr;
 
 /* A call of the world through the segment's flags, as its rank
- * published it (coll_shm.c). */
+ * published it (coll_shm.c); each rank keeps its last DRI_SEG_CALLS. */
+#define DRI_SEG_CALLS 4
 typedef struct {
 	uint64_t seq;              /* the call's seq + 1; 0: none */
 	uint64_t phase;            /* its first phase */
@@ -103,19 +104,22 @@ typedef struct {
 	uint32_t pad_[13];
 	/* The collectives through the segment (coll_shm.c), each word
 	 * written by this rank alone, on lines of their own.  up: the
-	 * phases it has arrived at (its data for them is in its slot);
+	 * phases it has arrived at (its data for them is in its slot; in
+	 * a rooted call, a rank that only reads arrives once it has read);
 	 * down: with a tree of flags, the phases it has released to its
-	 * children.  call[phase & 1]: the call whose first phase that is,
-	 * written before up reaches it and read by the peers that wait for
-	 * it and by those whose calls may differ (DR_EMISMATCH).  Two, so
-	 * that a rank publishing its next call (first phase e + 1) does
-	 * not overwrite the one a slower peer still compares (phase e); the
-	 * one after needs that peer's arrival at e + 1. */
+	 * children.  call[n % DRI_SEG_CALLS]: the rank's n-th call through
+	 * the flags (counted from 0 at each transport start), written
+	 * before up reaches that call's first phase and read by the peers
+	 * that wait for it and by those that check that the calls were the
+	 * same (DR_EMISMATCH).  A rank may return from a rooted call before
+	 * the others have checked it (coll_shm.c checks it two calls later),
+	 * so four: record n is written again only at call n + 4, which a
+	 * rank reaches only once every rank is past its check of call n. */
 	uint64_t up;
 	uint64_t pad2_[7];
 	uint64_t down;
 	uint64_t pad3_[7];
-	dri_seg_call call[2];
+	dri_seg_call call[DRI_SEG_CALLS];
 	uint64_t ready[];          /* nranks bits */
 } dri_seg_rank;
 

@@ -799,7 +799,7 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 {
 	dri_seg_call *c;
 
-	if (!dri_shm_is_peer(peer) || k < 0 || k > 1)
+	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
 		return 0;
 	c = &blk(M.local[peer])->call[k];
 	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
@@ -818,6 +818,8 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 
 int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id)
 {
-	return dri_shm_read_call(peer, 0, seq, 0, id) ||
-	       dri_shm_read_call(peer, 1, seq, 0, id);
+	for (int k = 0; k < DRI_SEG_CALLS; k++)
+		if (dri_shm_read_call(peer, k, seq, 0, id))
+			return 1;
+	return 0;
 }

@@ -112,7 +112,7 @@ void dri_shm_ring_peer(int peer);
 void dri_shm_want(const uint64_t *word, uint64_t val);
 int dri_shm_pending(void);
 int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id);
-/* The same from peer's record k (0 or 1), only if it is of phase phase
+/* The same from peer's record k (0 .. DRI_SEG_CALLS - 1), only if it is of phase phase
  * (0: any). */
 int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 		      dri_msg_id *id);
