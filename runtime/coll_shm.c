@@ -481,8 +481,21 @@ static dr_err phase(struct call *c)
 	if (c->bad >= 0)
 		return mismatch(c, &c->rec, c->r < c->bad ? c->r : c->bad,
 				c->r < c->bad ? c->bad : c->r);
-	if (c->first && !c->tree && (err = check_all(c, &c->rec)))
-		return err;
+	if (c->first && !c->tree) {
+		/* Every rank is past the rooted calls before this one too:
+		 * check them now rather than LAG calls later (oldest first). */
+		for (int k = LAG; k >= 1; k--) {
+			struct rec *o = &S.past[(c->rec.n + LAG - k) % LAG];
+
+			if (o->open && o->n < c->rec.n) {
+				o->open = 0;
+				if ((err = check_all(c, o)))
+					return err;
+			}
+		}
+		if ((err = check_all(c, &c->rec)))
+			return err;
+	}
 	c->first = 0;
 	S.safe = c->e;
 	if (c->half >= 0)

@@ -141,6 +141,12 @@ kill_fails_fast() {
 	kill_fails_fast 4 4096 all_gather
 }
 
+@test "a rank SIGKILLed in a small broadcast or reduce (rooted: the writers do not wait) fails the others with DR_EPEER" {
+	kill_fails_fast 4 4 broadcast
+	kill_fails_fast 3 64 reduce
+	kill_fails_fast 3 $((64 << 10)) reduce
+}
+
 @test "a rank SIGKILLed in a barrier of 20 ranks (a tree of flags) fails the others with DR_EPEER" {
 	kill_fails_fast 20 0 barrier
 }
@@ -178,6 +184,34 @@ exact() {
 	grep -q 'element .* want' <<<"$output"
 }
 
+# rooted N ITERS [ENV...]: shm_check rooted on N ranks.
+rooted() {
+	local n=$1 iters=$2; shift 2
+	run env "$@" timeout 240 "$DISTRUN" -n "$n" "$CTESTS/shm_check" rooted "$iters"
+	[ "$status" -eq 0 ] || { echo "$output" | tail; return 1; }
+	[ "$(grep -c ': rooted ok$' <<<"$output")" -eq "$n" ]
+}
+
+@test "rooted calls back to back, the root going round the ranks: every value right" {
+	rooted 2 200
+	rooted 3 200
+	# 4 ranks on 2 cores; many chunks a call, the halves reused within it
+	rooted 4 100 DISTRUN_SHM_CHUNK=4096
+	# a tree of flags: every phase waits for all
+	rooted 20 20
+}
+
+@test "the writers of a rooted call may leave at once: the readers still get the data" {
+	for k in bcast reduce; do
+		check 3 leave $k
+		echo "$output"
+		[ "$status" -eq 0 ]
+		[ "$(grep -c ': leave ok$' <<<"$output")" -eq $([ $k = bcast ] && echo 2 || echo 1) ]
+		[ "$(grep -c ': left$' <<<"$output")" -eq $([ $k = bcast ] && echo 1 || echo 2) ]
+		! grep -q DR_ <<<"$output"
+	done
+}
+
 @test "beyond 16 ranks the collectives go through a tree of flags: 20 and 256 ranks" {
 	exact 20 $((256 << 10))
 	exact 256 4096
@@ -199,6 +233,35 @@ exact() {
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$(grep -c 'DR_EMISMATCH: rank 1 called all_reduce(count=8, float32, sum) but rank 10 called all_reduce(count=9, float32, sum)' <<<"$output")" -eq 20 ]
+}
+
+# rooted_differ N KIND PAIR: shm_check differ KIND on N ranks; every rank
+# reports DR_EMISMATCH with the words PAIR (the two calls, lower rank
+# first), at the odd call or at one of the barriers after it.
+rooted_differ() {
+	check "$1" differ "$2"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -cF "DR_EMISMATCH: $3" <<<"$output")" -eq "$1" ]
+}
+
+@test "rooted calls that differ (roots, counts, broadcast against reduce): DR_EMISMATCH on every rank, naming both" {
+	local b='broadcast(count=8, float32, root=0)'
+	for n in 2 3; do
+		# both take themselves for the root: nobody waits, the check
+		# two calls later finds it
+		rooted_differ $n root "rank 0 called $b but rank 1 called broadcast(count=8, float32, root=1)"
+		# a reader sees its root's call at once
+		rooted_differ $n bcount "rank 0 called $b but rank 1 called broadcast(count=9, float32, root=0)"
+		# a broadcast's root and a reduce's writer: neither waits
+		rooted_differ $n reduce "rank 0 called $b but rank 1 called reduce(count=8, float32, sum, root=0)"
+	done
+	# every rank takes another for the root: all wait, none for ever
+	rooted_differ 2 swap "rank 0 called broadcast(count=8, float32, root=1) but rank 1 called broadcast(count=8, float32, root=0)"
+	check 3 differ swap
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -cE 'DR_EMISMATCH: rank [0-9] called broadcast\(count=8, float32, root=[0-9]\) but rank [0-9] called broadcast\(count=8, float32, root=[0-9]\)' <<<"$output")" -eq 3 ]
 }
 
 @test "flags against messages (all_reduce against all_to_all_v): DR_EMISMATCH on every rank" {

@@ -7,7 +7,8 @@
  *                 checks that its control block is where the layout says
  *                 and that the API refuses slots out of range
  *   kill BYTES [COLL]
- *                 all_reduce (or COLL: broadcast, all_gather, barrier) of
+ *                 all_reduce (or COLL: broadcast, reduce, all_gather,
+ *                 barrier) of
  *                 BYTES bytes (float32) in a loop; after
  *                 three rounds the last rank SIGKILLs itself at the start
  *                 of the fourth; the others print the error they get
@@ -30,8 +31,23 @@
  *                 values sent; prints "rank R: exact ok"
  *   differ KIND   rank size/2 calls something else than the others'
  *                 all_reduce(count=8): KIND count (count 9), or msgs
- *                 (all_to_all_v, which goes as messages); every rank
- *                 prints the error it gets and exits 0 on DR_EMISMATCH
+ *                 (all_to_all_v, which goes as messages); or than their
+ *                 broadcast(count=8, root=0), a rooted call that may
+ *                 return before the others have seen it: KIND root
+ *                 (it takes itself for the root), bcount (count 9),
+ *                 reduce (a reduce to rank 0), or swap (every rank r
+ *                 broadcasts from rank r + 1: all wait); then up to 3
+ *                 barriers; every rank prints the first error it gets
+ *                 and exits 0 on DR_EMISMATCH
+ *   rooted ITERS  ITERS rounds of a broadcast and a reduce, the root
+ *                 going round the ranks, sizes from 4 B to 1.2 MiB,
+ *                 nothing else between: every value checked; prints
+ *                 "rank R: rooted ok"
+ *   leave KIND    the writers of a rooted call leave (destroy, exit 0)
+ *                 right after it, the readers come 0.3 s later and must
+ *                 get the data: KIND bcast (rank 0 broadcasts), reduce
+ *                 (all but the last rank reduce to it); the writers
+ *                 print "rank R: left", the readers "rank R: leave ok"
  *   late SECONDS  the last rank sleeps SECONDS before a 64 MiB all_reduce;
  *                 the others print the error they get and exit 0 on
  *                 DR_ETIMEDOUT (run with a short --timeout)
@@ -99,6 +115,9 @@ static int mode_kill(size_t bytes, const char *coll)
 		}
 		if (!strcmp(coll, "broadcast"))
 			e = dr_broadcast(buf, count, DR_FLOAT32, 0, NULL, NULL);
+		else if (!strcmp(coll, "reduce"))
+			e = dr_reduce(buf, count, DR_FLOAT32, DR_SUM, 0, NULL,
+				      NULL);
 		else if (!strcmp(coll, "all_gather"))
 			e = dr_all_gather(buf, buf + count, count, DR_FLOAT32,
 					  NULL, NULL);
@@ -297,18 +316,98 @@ static int mode_differ(const char *kind)
 	 * leaving this barrier (in a tree, the release travels down): that
 	 * one reports it here. */
 	e = dr_barrier(NULL, NULL, NULL, 0);
-	if (e)
+	if (!e && strcmp(kind, "count") && strcmp(kind, "msgs")) {
+		/* rooted: the error may come at a later call */
+		int odd = rank == size / 2;
+
+		if (!strcmp(kind, "swap"))
+			e = dr_broadcast(buf, 8, DR_FLOAT32, (rank + 1) % size,
+					 NULL, NULL);
+		else if (!odd)
+			e = dr_broadcast(buf, 8, DR_FLOAT32, 0, NULL, NULL);
+		else if (!strcmp(kind, "root"))
+			e = dr_broadcast(buf, 8, DR_FLOAT32, rank, NULL, NULL);
+		else if (!strcmp(kind, "bcount"))
+			e = dr_broadcast(buf, 9, DR_FLOAT32, 0, NULL, NULL);
+		else if (!strcmp(kind, "reduce"))
+			e = dr_reduce(buf, 8, DR_FLOAT32, DR_SUM, 0, NULL, NULL);
+		else
+			DIE("unknown differ kind '%s'", kind);
+		for (int k = 0; !e && k < 3; k++)
+			e = dr_barrier(NULL, NULL, NULL, 0);
+	} else if (e)
 		;
 	else if (rank != size / 2)
 		e = dr_all_reduce(buf, 8, DR_FLOAT32, DR_SUM, NULL, NULL);
 	else if (!strcmp(kind, "count"))
 		e = dr_all_reduce(buf, 9, DR_FLOAT32, DR_SUM, NULL, NULL);
-	else
+	else if (!strcmp(kind, "msgs"))
 		e = dr_all_to_all_v(buf, counts, buf + 8, counts + size,
 				    DR_FLOAT32, NULL, NULL);
 	printf("rank %d: %s: %s\n", rank, dr_err_name(e), dr_last_error());
 	fflush(stdout);
 	_exit(e == DR_EMISMATCH ? 0 : 1);
+}
+
+static int mode_rooted(int iters)
+{
+	size_t counts[] = { 1, 16, 16384, 300001 }, max = 300001;
+	float *a = malloc(max * sizeof(float));
+
+	if (!a)
+		DIE("out of memory");
+	for (int it = 0; it < iters; it++) {
+		size_t n = counts[it % 4], off = (size_t)it;
+		int root = (it + it / 4) % size;
+
+		for (size_t i = 0; i < n; i++)
+			a[i] = rank == root ? val(root, off + i) : 0;
+		TRY(dr_broadcast(a, n, DR_FLOAT32, root, NULL, NULL));
+		expect("broadcast", n, a, want_val, &(struct from){ root, off });
+		for (size_t i = 0; i < n; i++)
+			a[i] = val(rank, off + i);
+		TRY(dr_reduce(a, n, DR_FLOAT32, DR_SUM, root, NULL, NULL));
+		if (rank == root)
+			expect("reduce", n, a, want_sum, &off);
+		else
+			expect("reduce (not the root's, kept)", n, a, want_val,
+			       &(struct from){ rank, off });
+	}
+	printf("rank %d: rooted ok\n", rank);
+	free(a);
+	return 0;
+}
+
+static int mode_leave(const char *kind)
+{
+	enum { N = 1024 };
+	static float a[N];
+	int bcast = !strcmp(kind, "bcast"), last = size - 1, zero = 0;
+	int writer = bcast ? rank == 0 : rank != last;
+
+	if (!bcast && strcmp(kind, "reduce"))
+		DIE("unknown leave kind '%s'", kind);
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	for (size_t i = 0; i < N; i++)
+		a[i] = val(rank, i);
+	/* The writers are most likely gone by then; the test holds either
+	 * way. */
+	if (!writer)
+		usleep(300000);
+	if (bcast)
+		TRY(dr_broadcast(a, N, DR_FLOAT32, 0, NULL, NULL));
+	else
+		TRY(dr_reduce(a, N, DR_FLOAT32, DR_SUM, last, NULL, NULL));
+	if (writer) {
+		printf("rank %d: left\n", rank);
+		return 0;
+	}
+	if (bcast)
+		expect("broadcast", N, a, want_val, &(struct from){ 0, 0 });
+	else
+		expect("reduce", N, a, want_sum, &(size_t){ (size_t)zero });
+	printf("rank %d: leave ok\n", rank);
+	return 0;
 }
 
 static int mode_late(int seconds)
@@ -372,6 +471,10 @@ int main(int argc, char **argv)
 		rc = mode_late(atoi(argv[2]));
 	else if (!strcmp(mode, "exact") && argc > 2)
 		rc = mode_exact((size_t)strtoull(argv[2], NULL, 0));
+	else if (!strcmp(mode, "rooted") && argc > 2)
+		rc = mode_rooted(atoi(argv[2]));
+	else if (!strcmp(mode, "leave") && argc > 2)
+		rc = mode_leave(argv[2]);
 	else if (!strcmp(mode, "exit0"))
 		rc = mode_exit0();
 	else if (!strcmp(mode, "rss"))
