@@ -589,7 +589,8 @@ static char *slot(int r, int h)
 
 /* out[0 .. n) = in[0] op in[1] op ... op in[p - 1] (S.in), in rank order,
  * then AVG's division; also into out2 unless NULL.  out may be one of
- * the inputs (each piece of it is read before it is written). */
+ * the inputs (each piece of it is read before it is written); when it
+ * is the first, the sum is taken in place, without the accumulator. */
 static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 			     size_t n)
 {
@@ -598,6 +599,18 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 	char *acc = dri_scratch_keep(ACC_BYTES);
 	dr_err err = DR_OK;
 
+	if (out == S.in[0] && !out2) {
+		/* in place: the result starts as the first input */
+		for (size_t a = 0; a < n && !err; a += step) {
+			size_t k = n - a < step ? n - a : step;
+
+			for (int i = 1; i < c->p && !err; i++)
+				err = dri_reduce(out + a * es, S.in[i] + a * es, k,
+						 dt, c->op->redop);
+			dri_reduce_finish(out + a * es, k, dt, c->op->redop, c->p);
+		}
+		return err;
+	}
 	if (!acc)
 		return DR_ENOMEM;
 	for (size_t a = 0; a < n && !err; a += step) {
@@ -638,7 +651,7 @@ static dr_err reduce_small(struct call *c, int all)
 	if (!all && c->r != op->root)
 		return DR_OK;
 	for (int i = 0; i < c->p; i++)
-		S.in[i] = slot(i, h);
+		S.in[i] = i == c->r ? op->buf : slot(i, h);
 	return reduce_ordered(c, op->buf, NULL, op->count);
 }
 
