@@ -51,10 +51,8 @@ typedef struct {
 	int *mem;          /* local.ranks and leaders.ranks */
 } hier_plan;
 
-static int hier_mode(void)
+static int hier_mode_of(const char *s)
 {
-	const char *s = getenv("DISTRUN_HIER");
-
 	if (!s || !*s || !strcmp(s, "auto"))
 		return HIER_AUTO;
 	if (!strcmp(s, "on") || !strcmp(s, "1"))
@@ -62,6 +60,22 @@ static int hier_mode(void)
 	if (!strcmp(s, "off") || !strcmp(s, "0"))
 		return HIER_OFF;
 	return HIER_BAD;
+}
+
+/* DISTRUN_HIER, read once per process group (every call asks): the
+ * mode + 1 in the low byte, the generation above. */
+static int hier_mode(void)
+{
+	static uint64_t cache;
+	uint64_t c = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+	uint64_t gen = dri_shm_generation();
+	int mode;
+
+	if ((c & 0xff) && c >> 8 == gen)
+		return (int)(c & 0xff) - 1;
+	mode = hier_mode_of(getenv("DISTRUN_HIER"));
+	__atomic_store_n(&cache, gen << 8 | (uint64_t)(mode + 1), __ATOMIC_RELAXED);
+	return mode;
 }
 
 /* Cuts g into hosts; root (a world rank, -1: none) leads its host.

@@ -945,7 +945,9 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	c.tree = c.p > DRI_SHM_FLAT_MAX;
 	c.first = 1;
 	c.from = c.half = -1;
-	c.t0 = dri_now_ms();
+	/* When the call started: run_op set its deadline from then. */
+	c.t0 = op->id.deadline ? op->id.deadline - op->id.timeout_ms
+			       : dri_now_ms();
 	c.rec.n = S.ncall++;
 	c.rec.id = op->id;
 	/* A rooted call may have returned before the others saw it: an

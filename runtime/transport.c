@@ -319,7 +319,7 @@ dr_err dri_transport_start(char **addrs, const uint8_t key[32])
 	}
 	tp.addrs = addrs;
 	memcpy(tp.key, key, DRI_KEY_LEN);
-	tp.abort_err = DR_OK;
+	__atomic_store_n(&tp.abort_err, DR_OK, __ATOMIC_RELEASE);
 	tp.abort_msg[0] = 0;
 	tp.on = 1;
 	pthread_mutex_unlock(&tp.mu);
@@ -667,7 +667,7 @@ static void abort_locked(dr_err err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(tp.abort_msg, sizeof(tp.abort_msg), fmt, ap);
 	va_end(ap);
-	tp.abort_err = err;
+	__atomic_store_n(&tp.abort_err, err, __ATOMIC_RELEASE);
 	memset(&h, 0, sizeof(h));
 	h.magic = DRI_WIRE_MAGIC;
 	h.version = DRI_WIRE_VERSION;
@@ -719,6 +719,9 @@ dr_err dri_transport_check(void)
 {
 	dr_err err;
 
+	/* Every call asks: no lock while nothing has failed. */
+	if (!__atomic_load_n(&tp.abort_err, __ATOMIC_ACQUIRE))
+		return DR_OK;
 	pthread_mutex_lock(&tp.mu);
 	err = tp.abort_err;
 	if (err)
@@ -2251,6 +2254,6 @@ void dri_transport_stop(void)
 	tp.addrs = NULL;
 	tp.ncancelled = tp.cancelled_next = 0;
 	tp.on = 0;
-	tp.abort_err = DR_OK;
+	__atomic_store_n(&tp.abort_err, DR_OK, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&tp.mu);
 }
