@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -436,8 +437,24 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	job->nopen += 2;
 	return 0;
 fail:
-	fprintf(stderr, "distrun: cannot start rank %d: %s\n", r,
-		strerror(errno));
+	if (errno == EMFILE || errno == ENFILE) {
+		struct rlimit rl = { 0, 0 };
+		int e = errno;
+
+		getrlimit(RLIMIT_NOFILE, &rl);
+		/* The launcher keeps a stdout and a stderr pipe per rank, and until
+		 * the exec a pipe that reports a failed one. */
+		fprintf(stderr, "distrun: cannot start rank %d: %s (%s; %d ranks "
+			"need about %d, the limit is %llu: raise it with "
+			"ulimit -n)\n", r, strerror(e), e == EMFILE ?
+			"the launcher's open files" : "the system's open files",
+			job->o->nranks, 3 * job->o->nranks + 16,
+			(unsigned long long)rl.rlim_cur);
+		errno = e;
+	} else {
+		fprintf(stderr, "distrun: cannot start rank %d: %s\n", r,
+			strerror(errno));
+	}
 	for (int i = 0; i < 2; i++) {
 		if (out[i] >= 0)
 			close(out[i]);

@@ -272,6 +272,14 @@ print("listening")'
 	[ "$(printf '%s\n' "${lines[@]}" | sort -u | wc -l)" -eq 256 ]
 }
 
+@test "too few file descriptors for the ranks: the launcher says how many it needs and which limit" {
+	run bash -c "ulimit -n 40; exec '$DISTRUN' -n 30 true"
+	[ "$status" -ne 0 ]
+	grep -q "^distrun: cannot start rank [0-9]*: Too many open files (the launcher's open files; 30 ranks need about 106, the limit is 40: raise it with ulimit -n)" <<<"$output"
+	# the ranks it did start were stopped and reported
+	grep -q '^distrun: 30 ranks, .*exit status 1' <<<"$output"
+}
+
 @test "rank 0 reads distrun's stdin, the other ranks /dev/null (more: launcher-stdin.bats)" {
 	run "$DISTRUN" -n 2 --raw sh -c 'cat; echo "done $RANK"' <<<"for rank 0"
 	[ "$(sort <<<"$output")" = $'done 0\ndone 1\nfor rank 0' ]
