@@ -167,6 +167,31 @@ static void usage_hint(const char *fmt, const char *arg)
 	fputs("\nTry 'distrun --help'.\n", stderr);
 }
 
+/* text from column col, its lines broken at spaces before column
+ * width; the lines after the first start at col too. */
+static void help_text(const char *text, int col, int width)
+{
+	const char *p = text;
+
+	while (*p) {
+		size_t room = (size_t)(width - col), n = strlen(p);
+
+		if (n > room) {
+			n = room;
+			while (n > 0 && p[n] != ' ')
+				n--;
+			if (!n) /* one word longer than the room */
+				n = strcspn(p, " ");
+		}
+		printf("%.*s\n", (int)n, p);
+		p += n;
+		while (*p == ' ')
+			p++;
+		if (*p)
+			printf("%*s", col, "");
+	}
+}
+
 static void print_help(void)
 {
 	printf("Usage: distrun [OPTION]... [-n N] PROGRAM [ARG]...\n"
@@ -193,9 +218,10 @@ static void print_help(void)
 			len += snprintf(left + len, sizeof(left) - len, " %s",
 					d->arg);
 		if (len > 30)
-			printf("%s\n%32s%s\n", left, "", d->help);
+			printf("%s\n%32s", left, "");
 		else
-			printf("%-32s%s\n", left, d->help);
+			printf("%-32s", left);
+		help_text(d->help, 32, 79);
 	}
 	printf("\nExit status: 0 if every rank exits 0; else the first "
 	       "failing rank's status\n(128+N if killed by signal N); "
