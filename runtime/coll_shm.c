@@ -22,7 +22,8 @@
  * Algorithms (every rank reads in rank order, so every rank gets the same
  * bits, and the result does not depend on which rank computed it):
  *   all_reduce, small: each writes its buffer, one phase, each reduces
- *     all p slots in rank order into its own buffer.
+ *     all p slots in rank order into its own buffer (up to 8 bytes and
+ *     16 ranks: not through the slots but on up's line, seg.h's tiny).
  *   all_reduce, large: per chunk, reduce-scatter then all-gather through
  *     the slots: each rank copies the pieces of the others into its slot,
  *     one phase, rank j reduces piece j of all ranks (its own from its
@@ -398,6 +399,22 @@ static dr_err check_all(const struct call *c, const struct rec *rec)
 	return DR_OK;
 }
 
+/* Publishes call id of first phase e in rec: seq 0 while the fields
+ * change (a reader takes it for none).  Release stores only: the store
+ * to up that follows (seq_cst) orders them for the waiters. */
+static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e)
+{
+	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&rec->coll, (int32_t)id->coll, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->op, id->op, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->root, id->root, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->phase, e, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->seq, id->seq + 1, __ATOMIC_RELEASE);
+}
+
 /* The next phase; at the call's first, its record (seg.h), which the
  * peers read once up shows the phase. */
 static void begin(struct call *c)
@@ -410,15 +427,9 @@ static void begin(struct call *c)
 			&dri_shm_blk(c->r)->call[c->rec.n % DRI_SEG_CALLS];
 
 		c->rec.first = c->e;
-		/* seq 0 while the fields change: a reader takes it for none */
-		publish(&rec->seq, 0);
-		__atomic_store_n(&rec->coll, (int32_t)id->coll, __ATOMIC_RELAXED);
-		__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
-		__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
-		__atomic_store_n(&rec->op, id->op, __ATOMIC_RELAXED);
-		__atomic_store_n(&rec->root, id->root, __ATOMIC_RELAXED);
-		__atomic_store_n(&rec->phase, c->e, __ATOMIC_RELAXED);
-		publish(&rec->seq, id->seq + 1);
+		write_rec(rec, id, c->e);
+		/* and its copy on up's line (seg.h) */
+		write_rec(&dri_shm_blk(c->r)->last, id, c->e);
 	}
 }
 
@@ -706,10 +717,34 @@ static dr_err reduce_large(struct call *c, int all)
 	return err;
 }
 
+/* all_reduce of at most 8 bytes, flat: each rank's data on its up
+ * word's line (seg.h: tiny), which a peer that sees it arrive has
+ * already; by the parity of the phase, so that it is written again two
+ * phases later, once every rank has arrived at the one between (done
+ * reading it: after a rooted call, await_all makes sure). */
+static dr_err all_reduce_tiny(struct call *c)
+{
+	const dri_op *op = c->op;
+	size_t n = op->count * dr_dtype_size(op->dtype);
+	dr_err err;
+
+	if ((err = await_all(c, S.phase)))
+		return err;
+	memcpy(&dri_shm_blk(c->r)->tiny[(S.phase + 1) & 1], op->buf, n);
+	if ((err = phase(c)))
+		return err;
+	for (int i = 0; i < c->p; i++)
+		S.in[i] = i == c->r ? op->buf
+				    : (const char *)&dri_shm_blk(i)->tiny[c->e & 1];
+	return reduce_ordered(c, op->buf, NULL, op->count);
+}
+
 static dr_err all_reduce_shm(struct call *c)
 {
 	size_t n = c->op->count * dr_dtype_size(c->op->dtype);
 
+	if (n <= sizeof(uint64_t) && !c->tree)
+		return all_reduce_tiny(c);
 	if (n <= SMALL_BYTES && n * (size_t)c->p <= SMALL_TOTAL)
 		return reduce_small(c, 1);
 	return reduce_large(c, 1);

@@ -115,8 +115,13 @@ typedef struct {
 	 * the others have checked it (coll_shm.c checks it two calls later),
 	 * so four: record n is written again only at call n + 4, which a
 	 * rank reaches only once every rank is past its check of call n. */
+	/* On up's line, so that a peer that sees up move has them in the
+	 * same transfer: last, a copy of the rank's latest record (the one
+	 * the peers look for, unless it went on); tiny[phase & 1], the data
+	 * of an all_reduce of at most 8 bytes (coll_shm.c). */
 	uint64_t up;
-	uint64_t pad2_[7];
+	dri_seg_call last;
+	uint64_t tiny[2];
 	uint64_t down;
 	uint64_t pad3_[7];
 	dri_seg_call call[DRI_SEG_CALLS];

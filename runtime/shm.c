@@ -250,6 +250,7 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 	}
 	/* Nor do the flags of the collectives (coll_shm.c) carry over. */
 	memset(blk(M.me)->call, 0, sizeof(blk(M.me)->call));
+	memset(&blk(M.me)->last, 0, sizeof(blk(M.me)->last));
 	__atomic_store_n(&blk(M.me)->up, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&blk(M.me)->down, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&blk(M.me)->pid, (int32_t)getpid(), __ATOMIC_RELEASE);
@@ -794,14 +795,11 @@ int dri_shm_pending(void)
 	       __atomic_load_n(&M.h->abort, __ATOMIC_ACQUIRE);
 }
 
-int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
-		      dri_msg_id *id)
+/* The call of record c into *id if it is seq's (and of first phase
+ * phase, unless 0): a seqlock read, 0 if it is another or changed. */
+static int read_rec(const dri_seg_call *c, uint64_t seq, uint64_t phase,
+		    dri_msg_id *id)
 {
-	dri_seg_call *c;
-
-	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
-		return 0;
-	c = &blk(M.local[peer])->call[k];
 	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
 	    (phase && __atomic_load_n(&c->phase, __ATOMIC_ACQUIRE) != phase))
 		return 0;
@@ -813,7 +811,21 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 	id->op = __atomic_load_n(&c->op, __ATOMIC_RELAXED);
 	id->root = __atomic_load_n(&c->root, __ATOMIC_RELAXED);
 	/* Still that call: the peer did not move on while we read. */
-	return __atomic_load_n(&c->seq, __ATOMIC_SEQ_CST) == seq + 1;
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 1;
+}
+
+int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
+		      dri_msg_id *id)
+{
+	dri_seg_rank *b;
+
+	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
+		return 0;
+	b = blk(M.local[peer]);
+	/* The copy on up's line first: most often the one asked for. */
+	return read_rec(&b->last, seq, phase, id) ||
+	       read_rec(&b->call[k], seq, phase, id);
 }
 
 int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id)

@@ -233,6 +233,11 @@ rooted() {
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$(grep -c 'DR_EMISMATCH: rank 1 called all_reduce(count=8, float32, sum) but rank 10 called all_reduce(count=9, float32, sum)' <<<"$output")" -eq 20 ]
+	# calls of at most 8 bytes, whose data rides on the flag's line
+	check 3 differ tiny
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'DR_EMISMATCH: rank 0 called all_reduce(count=2, float32, sum) but rank 1 called all_reduce(count=1, float32, sum)' <<<"$output")" -eq 3 ]
 }
 
 # rooted_differ N KIND PAIR: shm_check differ KIND on N ranks; every rank
