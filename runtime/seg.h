@@ -35,7 +35,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 3
+#define DRI_SEG_VERSION 4
 /* The environment variable that names the inherited segment's fd. */
 #define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
