@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "coll_hier.h"
 #include "coll_shm.h"
 
 static dr_err all_gather_rd(const dri_op *op, char *out, size_t blk)
@@ -116,7 +117,7 @@ static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
 	return err;
 }
 
-static dr_err all_gather_run(dri_op *op)
+static dr_err all_gather_flat(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size;
@@ -135,6 +136,13 @@ static dr_err all_gather_run(dri_op *op)
 	if (dri_is_pow2(p))
 		return all_gather_rd(op, out, blk);
 	return all_gather_bruck(op, out, blk);
+}
+
+static dr_err all_gather_run(dri_op *op)
+{
+	if (dri_hier_wanted(op))
+		return dri_hier_all_gather(op, dri_broadcast_flat);
+	return all_gather_flat(op);
 }
 
 static dr_err gather_tree(const dri_op *op, int root, size_t blk)

@@ -13,7 +13,11 @@
  *               the leaders, then one inside each host;
  *   barrier     the host's ranks report to their leader, the leaders run
  *               the dissemination barrier, the leaders release their
- *               host.
+ *               host;
+ *   all_gather  the host's blocks to its leader, each leader's run of
+ *               blocks to every other leader in one message (hosts may
+ *               hold different numbers of ranks), the whole result
+ *               broadcast inside each host.
  * Each level is the flat algorithm run over a group of the pieces (the
  * entry point hands its flat runs in, coll_hier.h, so that the coll_*.c
  * files call this one and never the other way), with the call's own
@@ -128,7 +132,9 @@ static int plan_make(const dr_group *g, int root, hier_plan *h)
 /* Where two levels beat the flat algorithms, measured on pretend hosts
  * (shared memory inside, loopback TCP between; README's Benchmarks):
  * latency-bound calls (a barrier; all_reduce and broadcast up to
- * DRI_COLL_SMALL_BYTES) once some host holds three ranks or more.  With
+ * DRI_COLL_SMALL_BYTES; all_gather up to a result of
+ * DRI_HIER_GATHER_BYTES, measured on network namespaces by
+ * scripts/bench-nodes) once some host holds three ranks or more.  With
  * two a host, the two extra hops inside the hosts cost what the
  * exchanges between hosts save.  Large calls stay flat: between hosts
  * as fast as memory (loopback, veth), the copies inside the hosts cost
@@ -140,6 +146,8 @@ static int hier_pays(const dri_op *op, const hier_plan *h)
 
 	if (h->widest < 3)
 		return 0;
+	if (op->id.coll == DRI_ALL_GATHER) /* by the whole result */
+		return bytes * (size_t)op->group->size <= DRI_HIER_GATHER_BYTES;
 	return op->id.coll == DRI_BARRIER || bytes <= DRI_COLL_SMALL_BYTES;
 }
 
@@ -279,6 +287,125 @@ dr_err dri_hier_barrier(dri_op *op, dri_flat_fn barrier)
 	}
 	if (!err && h.local.size > 1)
 		err = local_fan(op, &h, me, 0);
+	free(h.mem);
+	return err;
+}
+
+/* The leader's part of all_gather: its host's blocks into pack (in the
+ * host's order, hosts one after the other: slot[i] is group index i's
+ * place), then its run of them to every other leader and theirs from
+ * each, every message posted at once; then the result in group order. */
+static dr_err gather_leaders(const dri_op *op, const hier_plan *h, int me,
+			     const int *slot, const int *run, char *pack,
+			     size_t blk)
+{
+	const dr_group *g = op->group;
+	int p = g->size, nh = h->leaders.size, mine = h->leaders.rank, k = 0;
+	dri_req *reqs = dri_scratch((size_t)(p + 2 * nh) * sizeof(*reqs));
+	dr_err err = DR_OK;
+
+	if (!reqs)
+		return DR_ENOMEM;
+	for (int i = 0; i < p && !err; i++) {
+		int w = dri_peer(g, i);
+
+		if (w == me)
+			memcpy(pack + (size_t)slot[i] * blk, op->sendbuf, blk);
+		else if (dri_shm_host_of(w) == dri_shm_host_of(me) &&
+			 !(err = dri_irecv(&reqs[k], &op->id, w,
+					   pack + (size_t)slot[i] * blk, blk)))
+			k++;
+	}
+	err = dri_coll_wait(reqs, k, err);
+	k = 0;
+	for (int j = 0; j < nh && !err; j++) {
+		int w = h->leaders.ranks[j];
+
+		if (j == mine)
+			continue;
+		err = dri_irecv(&reqs[k], &op->id, w,
+				pack + (size_t)run[j] * blk,
+				(size_t)(run[j + 1] - run[j]) * blk);
+		if (!err)
+			k++;
+		if (!err)
+			err = dri_isend(&reqs[k], &op->id, w,
+					pack + (size_t)run[mine] * blk,
+					(size_t)(run[mine + 1] - run[mine]) * blk);
+		if (!err)
+			k++;
+	}
+	err = dri_coll_wait(reqs, k, err);
+	for (int i = 0; i < p && !err; i++)
+		memcpy((char *)op->buf + (size_t)i * blk,
+		       pack + (size_t)slot[i] * blk, blk);
+	free(reqs);
+	return err;
+}
+
+dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast)
+{
+	hier_plan h;
+	const dr_group *g = op->group;
+	int me = dri_peer(g, g->rank), p = g->size, nh;
+	size_t blk = op->count * dr_dtype_size(op->dtype);
+	dr_err err = plan_get(op, -1, &h);
+	dri_op sub = *op;
+	int *slot = NULL, *run;
+	char *pack = NULL;
+
+	if (err)
+		return err;
+	nh = h.leaders.size;
+	/* slot[i]: group index i's place when the hosts' blocks lie one
+	 * host after the other (leaders' order), each host's in group
+	 * order; run[j] .. run[j + 1]: host j's places.  Every rank knows
+	 * the map, so no counts travel. */
+	slot = dri_scratch((size_t)(p + nh + 1) * sizeof(int));
+	if (!slot) {
+		err = DR_ENOMEM;
+		goto out;
+	}
+	run = slot + p;
+	memset(run, 0, (size_t)(nh + 1) * sizeof(int));
+	for (int i = 0; i < p; i++) {
+		int host = dri_shm_host_of(dri_peer(g, i)), j = 0;
+
+		while (j < nh && dri_shm_host_of(h.leaders.ranks[j]) != host)
+			j++;
+		slot[i] = j;  /* the host for now */
+		run[j + 1]++;
+	}
+	for (int j = 0; j < nh; j++)
+		run[j + 1] += run[j];
+	{
+		int *next = dri_scratch((size_t)nh * sizeof(int));
+
+		if (!next) {
+			err = DR_ENOMEM;
+			goto out;
+		}
+		memcpy(next, run, (size_t)nh * sizeof(int));
+		for (int i = 0; i < p; i++)
+			slot[i] = next[slot[i]]++;
+		free(next);
+	}
+	if (me != h.leader) {
+		err = dri_send(&op->id, h.leader, op->sendbuf, blk);
+	} else {
+		pack = dri_scratch_get((size_t)p * blk);
+		err = pack ? gather_leaders(op, &h, me, slot, run, pack, blk)
+			   : DR_ENOMEM;
+	}
+	if (!err && h.local.size > 1) {
+		sub.group = &h.local;
+		sub.root = h.leader;
+		sub.count = op->count * (size_t)p;
+		err = broadcast(&sub);
+	}
+out:
+	dri_scratch_put(pack);
+	free(slot);
 	free(h.mem);
 	return err;
 }

@@ -37,6 +37,11 @@ dr_err dri_hier_all_reduce(dri_op *op, dri_flat_fn reduce,
 			   dri_flat_fn all_reduce, dri_flat_fn broadcast);
 dr_err dri_hier_barrier(dri_op *op, dri_flat_fn barrier);
 dr_err dri_hier_broadcast(dri_op *op, dri_flat_fn broadcast);
+dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast);
+
+/* all_gather goes in two levels (DISTRUN_HIER=auto) up to this size of
+ * the whole result. */
+#define DRI_HIER_GATHER_BYTES DRI_COLL_SMALL_BYTES
 
 /* coll_reduce.c's and coll_broadcast.c's flat runs, which all_reduce's
  * two levels use too. */

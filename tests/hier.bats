@@ -24,6 +24,16 @@ all_ok() {
 	done
 }
 
+# says_all N PATTERN: status 0 and each of ranks 0..N-1 printed a line
+# matching PATTERN (grep's) after its label.
+says_all() {
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for ((r = 0; r < $1; r++)); do
+		grep -q "^\[$r\] .*$2" <<<"$output" || {
+			echo "rank $r did not print '$2':"; echo "$output"; return 1; }
+	done
+}
+
 @test "hosts 3+1: float all_reduce is bit-identical on every rank, every dtype and op, world and subgroups, async" {
 	DISTRUN_HIER=on on 3+1 4 "$CTESTS/hier_check" bits
 	all_ok 4 "ok, [0-9]* checks"
@@ -68,11 +78,7 @@ all_ok() {
 
 @test "hosts 1+2: a different count on one rank is DR_EMISMATCH on every rank, naming both" {
 	DISTRUN_HIER=on on 1+2 3 "$CTESTS/coll_check" mismatch count
-	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
-	for r in 0 1 2; do
-		grep -q "^\[$r\] .*DR_EMISMATCH: rank [02] called all_reduce(count=8, float32, sum) but rank 1 called all_reduce(count=7, float32, sum)" <<<"$output" ||
-			{ echo "$output"; return 1; }
-	done
+	says_all 3 "DR_EMISMATCH: rank [02] called all_reduce(count=8, float32, sum) but rank 1 called all_reduce(count=7, float32, sum)"
 }
 
 @test "hosts 1+2: a different collective on one rank is DR_EMISMATCH on every rank" {
@@ -80,6 +86,34 @@ all_ok() {
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	[ "$(grep -c 'DR_EMISMATCH: rank [02] called barrier but rank 1 called all_reduce' <<<"$output")" -ge 3 ] ||
 		{ echo "$output"; return 1; }
+}
+
+@test "hosts 3+1, 1+2+3 and 3+2: all_gather gives every rank each block bit for bit as sent, in two levels, by size and flat" {
+	DISTRUN_HIER=on on 3+1 4 "$CTESTS/hier_check" gather
+	all_ok 4 "ok, [0-9]* checks"
+	DISTRUN_HIER=on on 1+2+3 6 "$CTESTS/hier_check" gather
+	all_ok 6 "ok, [0-9]* checks"
+	on 3+2 5 "$CTESTS/hier_check" gather
+	all_ok 5 "ok, [0-9]* checks"
+	DISTRUN_HIER=off on 1+2+3 6 "$CTESTS/hier_check" gather
+	all_ok 6 "ok, [0-9]* checks"
+}
+
+@test "hosts 1+2: an all_gather with a different count on one rank is DR_EMISMATCH on every rank, naming both" {
+	DISTRUN_HIER=on on 1+2 3 "$CTESTS/hier_check" gather_mismatch
+	says_all 3 "first DR_EMISMATCH: rank [02] called all_gather(count=8, float32) but rank 1 called all_gather(count=7, float32)"
+}
+
+@test "hosts 3+1 and 1+3: a rank SIGKILLed in an all_gather in two levels (a leader, a led rank) fails the others with DR_EPEER, not the timeout" {
+	for hosts in 3+1 1+3; do
+		DISTRUN_HIER=on on $hosts 4 "$CTESTS/shm_check" kill 4096 all_gather
+		echo "$hosts: $output"
+		grep -q "distrun: rank 3 was killed by SIGKILL" <<<"$output"
+		for r in 0 1 2; do
+			grep -q "^\[$r\] rank $r: DR_EPEER: .*rank 3" <<<"$output"
+		done
+		! grep -q 'DR_ETIMEDOUT' <<<"$output"
+	done
 }
 
 @test "hosts 2+1 on a strict fake CUDA driver: every collective on device buffers matches host buffers" {

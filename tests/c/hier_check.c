@@ -11,6 +11,14 @@
  *            bit-identical on every rank (hashes all_gathered and
  *            compared); broadcast from every root; a barrier between
  *   ints     all_reduce of integers, every int dtype x op, exact
+ *   gather   all_gather of every width of dtype (1, 2, 4, 8 bytes), small
+ *            and large, in place and not, blocking and asynchronous, on
+ *            the world and on two subgroups: every block is bit for bit
+ *            what its rank sent, and the same on every rank
+ *   gather_mismatch
+ *            rank 1 calls all_gather with count 7, the others with 8;
+ *            prints "rank R: first|next ERR: message" and exits 0 when
+ *            DR_EMISMATCH came
  *
  * Prints "rank R: ok, N checks (transport T)" when all went well, else the
  * first bad value and exits 1.
@@ -158,6 +166,31 @@ static void grp_make(struct grp *G, const int *ranks, int n)
 		TRY(dr_new_group(ranks, n, &G->g));
 }
 
+/* The groups every mode runs on: the world (64 ranks at most), the odd
+ * ranks, and with 6 ranks or more 0, 2, 3, 5 (hosts unevenly); n 0: not
+ * made. */
+static void groups_make(struct grp G[3])
+{
+	int odd[32], some[4] = { 0, 2, 3, 5 }, nodd = 0;
+
+	for (int r = 1; r < size && nodd < 32; r += 2)
+		odd[nodd++] = r;
+	grp_make(&G[0], NULL, size < 64 ? size : 64);
+	G[1].n = 0;
+	if (nodd)
+		grp_make(&G[1], odd, nodd);
+	G[2].n = 0;
+	if (size >= 6)
+		grp_make(&G[2], some, 4);
+}
+
+static void groups_free(struct grp G[3])
+{
+	for (int gi = 1; gi < 3; gi++)
+		if (G[gi].n)
+			dr_group_destroy(G[gi].g);
+}
+
 /* Every member's hash of buf agrees. */
 static void same_bits(const struct grp *G, const void *buf, size_t bytes,
 		      const char *what)
@@ -282,17 +315,8 @@ static void mode_bits(void)
 {
 	static const size_t counts[] = { 0, 1, 5, 1000, (size_t)300 << 10 };
 	struct grp G[3];
-	int odd[32], some[4] = { 0, 2, 3, 5 }, nodd = 0;
 
-	for (int r = 1; r < size && nodd < 32; r += 2)
-		odd[nodd++] = r;
-	grp_make(&G[0], NULL, size < 64 ? size : 64);
-	G[1].n = 0;
-	if (nodd)
-		grp_make(&G[1], odd, nodd);
-	G[2].n = 0;
-	if (size >= 6)
-		grp_make(&G[2], some, 4);
+	groups_make(G);
 	for (int gi = 0; gi < 3; gi++) {
 		if (!G[gi].n)
 			continue;
@@ -301,9 +325,90 @@ static void mode_bits(void)
 			bcast_on(&G[gi], counts[c] > 4096 ? 4096 : counts[c]);
 		}
 	}
-	for (int gi = 1; gi < 3; gi++)
-		if (G[gi].n)
-			dr_group_destroy(G[gi].g);
+	groups_free(G);
+}
+
+/* ----------------------------------------------------------- gather */
+
+static void gather_on(const struct grp *G, size_t count, int async, int inplace)
+{
+	static const dr_dtype types[] = { DR_INT8, DR_FLOAT16, DR_FLOAT32,
+					  DR_FLOAT64 };
+	char what[96];
+
+	if (G->me < 0)
+		return;
+	for (size_t d = 0; d < sizeof(types) / sizeof(types[0]); d++) {
+		dr_dtype t = types[d];
+		size_t blk = count * dr_dtype_size(t);
+		char *out = malloc(blk * (size_t)G->n + 1), *mine = malloc(blk + 1);
+		void *send = inplace ? out + (size_t)G->me * blk : mine;
+		dr_work *w = NULL;
+
+		if (!out || !mine)
+			DIE("out of memory");
+		memset(out, 0xa5, blk * (size_t)G->n);
+		fill(send, count, t);
+		TRY(dr_all_gather(send, out, count, t, G->g, async ? &w : NULL));
+		if (async) {
+			TRY(dr_work_wait(w));
+			dr_work_free(w);
+		}
+		snprintf(what, sizeof(what), "all_gather(%zu, %d-byte)%s%s on %d ranks",
+			 count, (int)dr_dtype_size(t), async ? " async" : "",
+			 inplace ? " in place" : "", G->n);
+		for (int j = 0; j < G->n; j++) {
+			char want[8];
+
+			for (size_t i = 0; i < count; i++) {
+				set(want, t, 0, input(G->ranks[j], i));
+				if (memcmp(out + (size_t)j * blk + i * dr_dtype_size(t),
+					   want, dr_dtype_size(t)))
+					DIE("%s: rank %d's element %zu is not what it sent",
+					    what, G->ranks[j], i);
+			}
+		}
+		checks++;
+		same_bits(G, out, blk * (size_t)G->n, what);
+		free(out);
+		free(mine);
+	}
+}
+
+static void mode_gather(void)
+{
+	/* up to a 64 KiB result and past it (auto: two levels, then flat) */
+	static const size_t counts[] = { 0, 1, 5, 1000, (size_t)40 << 10 };
+	struct grp G[3];
+
+	groups_make(G);
+	for (int gi = 0; gi < 3; gi++)
+		for (size_t c = 0; G[gi].n && c < sizeof(counts) / sizeof(counts[0]); c++)
+			gather_on(&G[gi], counts[c], c % 2, c % 3 == 1);
+	groups_free(G);
+}
+
+static void mode_gather_mismatch(void)
+{
+	float send[8] = { 0 }, out[64 * 8];
+	dr_err e, next;
+
+	if (size > 64)
+		DIE("gather_mismatch: at most 64 ranks");
+	/* As coll_check's mismatch: a rank that sees it aborts the group,
+	 * and a peer still in this barrier reports it here. */
+	e = dr_barrier(NULL, NULL, NULL, 0);
+	if (!e)
+		e = dr_all_gather(send, out, rank == 1 ? 7 : 8, DR_FLOAT32,
+				  NULL, NULL);
+	printf("rank %d: first %s: %s\n", rank, dr_err_name(e),
+	       e ? dr_last_error() : "");
+	next = dr_barrier(NULL, NULL, NULL, 0);
+	printf("rank %d: next %s: %s\n", rank, dr_err_name(next),
+	       next ? dr_last_error() : "");
+	fflush(stdout);
+	dr_destroy_process_group();
+	exit(e == DR_EMISMATCH || (!e && next == DR_EMISMATCH) ? 0 : 3);
 }
 
 /* ------------------------------------------------------------- ints */
@@ -373,6 +478,10 @@ int main(int argc, char **argv)
 		mode_bits();
 	else if (!strcmp(mode, "ints"))
 		mode_ints();
+	else if (!strcmp(mode, "gather"))
+		mode_gather();
+	else if (!strcmp(mode, "gather_mismatch"))
+		mode_gather_mismatch();
 	else
 		DIE("unknown mode '%s'", mode);
 	TRY(dr_barrier(NULL, NULL, NULL, 0));
