@@ -87,8 +87,17 @@
 #define ROOTED_BYTES ((size_t)64 << 10)
 #define ROOTED_TOTAL ((size_t)512 << 10)
 /* A rank checks a rooted call's records this many calls later (seg.h
- * keeps DRI_SEG_CALLS of each rank's). */
+ * keeps DRI_SEG_CALLS of each rank's): how far a broadcast's root may
+ * run ahead of its slowest reader. */
 #define LAG (DRI_SEG_CALLS / 2)
+/* Rooted calls of at most SUB_BYTES go through one of NSUB small slots
+ * at the end of the halves (NSUB / 2 in each, with halves of at least
+ * SUB_HALF_MIN bytes: up to 16 ranks), taken in turn, so that LAG of
+ * them can be in flight: a half is written again after two uses, a
+ * small slot after NSUB.  The other uses keep off them. */
+#define NSUB 16
+#define SUB_BYTES ((size_t)16 << 10)
+#define SUB_HALF_MIN ((size_t)1 << 20)
 
 /* A call as this rank made it: its number among the calls through the
  * flags (its record's place, seg.h), first and last phase, and whether
@@ -110,6 +119,10 @@ static struct {
 	uint64_t safe;         /* every other rank's up has reached it */
 	uint64_t need[2];      /* half h is written again once every
 				* other rank's up reaches need[h] */
+	unsigned sub;          /* small slots used */
+	uint64_t need_sub[NSUB]; /* the same for the small slots */
+	size_t sub_bytes;      /* of each small slot (0: none) */
+	size_t sub_off;        /* where they start in a half */
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
 	int configured, off, oversub;
 	unsigned generation;   /* dri_shm_generation() configured for */
@@ -125,6 +138,7 @@ struct call {
 	int tree, first;
 	int from;              /* flat: the rank waited for, -1: all */
 	int half;              /* of the current use, -1 before the first */
+	int sub;               /* its small slot, or -1 (a whole half) */
 	uint64_t e;            /* the phase waited for */
 	int cursor, stage;     /* how far waiting_for got */
 	int bad;               /* tree: a child whose call differs, or -1 */
@@ -165,13 +179,17 @@ static void configure(void)
 		S.spin_us = 0;
 	S.oversub = dri_shm_oversubscribed();
 	S.chunk = dri_shm_slot_bytes();
+	S.sub_bytes = S.chunk >= SUB_HALF_MIN ? SUB_BYTES : 0;
+	S.chunk -= NSUB / 2 * S.sub_bytes;
+	S.sub_off = S.chunk;
 	if ((e = getenv("DISTRUN_SHM_CHUNK")) && atoll(e) >= 4096 &&
 	    (size_t)atoll(e) < S.chunk)
 		S.chunk = (size_t)atoll(e) / 64 * 64;
 	/* A new process group: every rank's flags start from 0 again. */
 	S.phase = S.ncall = S.safe = 0;
-	S.use = 0;
+	S.use = S.sub = 0;
 	memset(S.need, 0, sizeof(S.need));
+	memset(S.need_sub, 0, sizeof(S.need_sub));
 	memset(S.past, 0, sizeof(S.past));
 	S.generation = dri_shm_generation();
 	S.configured = 1;
@@ -476,6 +494,16 @@ static dr_err await_all(struct call *c, uint64_t v)
 	return err;
 }
 
+/* The current use's slot may be written again once every other rank's
+ * up reaches need. */
+static void used(const struct call *c, uint64_t need)
+{
+	if (c->sub >= 0)
+		S.need_sub[c->sub] = need;
+	else
+		S.need[c->half] = need;
+}
+
 /* One phase: arrive (this rank's writes for it are done), wait until
  * every rank has.  The current half may be written again once every
  * rank arrives at a later phase (it reads before that). */
@@ -510,7 +538,7 @@ static dr_err phase(struct call *c)
 	c->first = 0;
 	S.safe = c->e;
 	if (c->half >= 0)
-		S.need[c->half] = c->e + 1;
+		used(c, c->e + 1);
 	return DR_OK;
 }
 
@@ -526,7 +554,7 @@ static void post(struct call *c)
 	arrive(c);
 	c->first = 0;
 	c->rec.open = 1;
-	S.need[c->half] = c->e;
+	used(c, c->e);
 }
 
 /* Waits until rank from (-1: every other) has arrived at the next
@@ -549,7 +577,7 @@ static dr_err take(struct call *c, int from)
 	c->first = 0;
 	/* A reader of one rank has not seen the others' calls. */
 	c->rec.open |= from >= 0;
-	S.need[c->half] = c->e;
+	used(c, c->e);
 	return DR_OK;
 }
 
@@ -588,14 +616,34 @@ static int any_open(void)
 static dr_err next_half(struct call *c, int writes, int *h)
 {
 	*h = c->half = (int)(S.use++ & 1);
+	c->sub = -1;
 	if (!writes || c->tree)
 		return DR_OK;
 	return await_all(c, S.need[*h]);
 }
 
+/* The next small slot, for a rooted call of at most S.sub_bytes bytes
+ * (flat); cur_slot gives it. */
+static dr_err next_sub(struct call *c, int writes)
+{
+	int j = (int)(S.sub++ % NSUB);
+
+	c->sub = j;
+	c->half = j & 1;
+	return writes ? await_all(c, S.need_sub[j]) : DR_OK;
+}
+
 static char *slot(int r, int h)
 {
 	return dri_shm_slot(r, h);
+}
+
+/* Rank r's slot of the current use: its half, or its small slot. */
+static char *cur_slot(const struct call *c, int r)
+{
+	char *p = dri_shm_slot(r, c->half);
+
+	return c->sub < 0 ? p : p + S.sub_off + (size_t)(c->sub >> 1) * S.sub_bytes;
 }
 
 /* out[0 .. n) = in[0] op in[1] op ... op in[p - 1] (S.in), in rank order,
@@ -760,17 +808,21 @@ static dr_err reduce_rooted(struct call *c)
 	int h, root = op->root;
 	dr_err err;
 
-	if ((err = next_half(c, c->r != root, &h)))
+	if (n <= S.sub_bytes)
+		err = next_sub(c, c->r != root);
+	else
+		err = next_half(c, c->r != root, &h);
+	if (err)
 		return err;
 	if (c->r != root) {
-		memcpy(slot(c->r, h), op->buf, n);
+		memcpy(cur_slot(c, c->r), op->buf, n);
 		post(c);
 		return DR_OK;
 	}
 	if ((err = take(c, -1)))
 		return err;
 	for (int i = 0; i < c->p; i++)
-		S.in[i] = i == root ? op->buf : slot(i, h);
+		S.in[i] = i == root ? op->buf : cur_slot(c, i);
 	if (!(err = reduce_ordered(c, op->buf, NULL, op->count)))
 		done(c);
 	return err;
@@ -780,7 +832,8 @@ static dr_err reduce_shm(struct call *c)
 {
 	size_t n = c->op->count * dr_dtype_size(c->op->dtype);
 
-	if (!c->tree && n <= ROOTED_BYTES && n * (size_t)c->p <= ROOTED_TOTAL)
+	if (!c->tree && S.sub_bytes && n <= ROOTED_BYTES &&
+	    n * (size_t)c->p <= ROOTED_TOTAL)
 		return reduce_rooted(c);
 	if (n <= SMALL_BYTES && n * (size_t)c->p <= SMALL_TOTAL)
 		return reduce_small(c, 0);
@@ -797,6 +850,19 @@ static dr_err broadcast_shm(struct call *c)
 	int root = op->root, me = c->r == root;
 	dr_err err = DR_OK;
 
+	if (!c->tree && n <= S.sub_bytes) {
+		/* small: through a small slot, LAG calls in flight */
+		if ((err = next_sub(c, me)))
+			return err;
+		if (me) {
+			memcpy(cur_slot(c, root), buf, n);
+			post(c);
+		} else if (!(err = take(c, root))) {
+			memcpy(buf, cur_slot(c, root), n);
+			done(c);
+		}
+		return err;
+	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;
 		int h;
@@ -979,7 +1045,7 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	c.r = g->rank;
 	c.tree = c.p > DRI_SHM_FLAT_MAX;
 	c.first = 1;
-	c.from = c.half = -1;
+	c.from = c.half = c.sub = -1;
 	/* When the call started: run_op set its deadline from then. */
 	c.t0 = op->id.deadline ? op->id.deadline - op->id.timeout_ms
 			       : dri_now_ms();

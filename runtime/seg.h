@@ -83,7 +83,7 @@ typedef struct {
 
 /* A call of the world through the segment's flags, as its rank
  * published it (coll_shm.c); each rank keeps its last DRI_SEG_CALLS. */
-#define DRI_SEG_CALLS 4
+#define DRI_SEG_CALLS 16
 typedef struct {
 	uint64_t seq;              /* the call's seq + 1; 0: none */
 	uint64_t phase;            /* its first phase */
@@ -112,9 +112,10 @@ typedef struct {
 	 * before up reaches that call's first phase and read by the peers
 	 * that wait for it and by those that check that the calls were the
 	 * same (DR_EMISMATCH).  A rank may return from a rooted call before
-	 * the others have checked it (coll_shm.c checks it two calls later),
-	 * so four: record n is written again only at call n + 4, which a
-	 * rank reaches only once every rank is past its check of call n. */
+	 * the others have checked it (coll_shm.c checks it DRI_SEG_CALLS / 2
+	 * calls later), so record n is written again only at call n +
+	 * DRI_SEG_CALLS, which a rank reaches only once every rank is past
+	 * its check of call n. */
 	/* On up's line, so that a peer that sees up move has them in the
 	 * same transfer: last, a copy of the rank's latest record (the one
 	 * the peers look for, unless it went on); tiny[phase & 1], the data
