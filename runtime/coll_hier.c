@@ -154,9 +154,11 @@ static int hier_pays(const dri_op *op, const hier_plan *h)
 int dri_hier_wanted(const dri_op *op)
 {
 	hier_plan h;
-	int mode = hier_mode(), two;
+	int mode, two;
 
-	if (mode == HIER_OFF)
+	/* One host (every peer in shared memory): one level, and the
+	 * per-call look at the environment and the plan are not needed. */
+	if (dri_shm_all_local() || (mode = hier_mode()) == HIER_OFF)
 		return 0;
 	two = plan_make(op->group, op->id.coll == DRI_BROADCAST ? op->root : -1,
 			&h);

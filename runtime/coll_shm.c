@@ -16,8 +16,19 @@
  * "use" of a half is one chunk of a call: written before a phase, read
  * after it (and after the next one, for the large all_reduce's result).
  * Uses alternate halves, the same on every rank, so a half is written
- * again only two uses later: after a phase that every rank reached only
- * once done reading it.  No phase waits for readers on its own.
+ * again only two uses later.  Before it writes, a rank checks that every
+ * other rank's up word shows it done with the half's last use (past the
+ * phase after it; for a rooted use, at its phase): after phases that
+ * wait for everyone that is known without looking (S.safe), and only a
+ * rooted call can make it wait.  Up to 16 ranks, the end of each half
+ * holds NSUB / 2 small slots, which small rooted calls take in turn.
+ *
+ * Rooted calls (up to 16 ranks): a broadcast's root copies its data in,
+ * arrives and returns at once; the others wait for the root's up word
+ * alone, copy out, then arrive (saying they are done with it).  A small
+ * reduce's others copy in, arrive and return; the root waits for them
+ * all, reduces and arrives.  With the small slots a root runs up to LAG
+ * calls ahead of its slowest reader.
  *
  * Algorithms (every rank reads in rank order, so every rank gets the same
  * bits, and the result does not depend on which rank computed it):
@@ -31,8 +42,11 @@
  *     phase, each copies the others' reduced pieces out.  Every byte is
  *     copied once in and once out; no rank waits on another's reduction
  *     except at the phase.
- *   broadcast: the root copies a chunk in, one phase, the others copy it
- *     out while the root copies the next one into the other half.
+ *   broadcast: rooted; in a tree, the root copies a chunk in, one phase,
+ *     the others copy it out while the root copies the next one into the
+ *     other half.
+ *   reduce, up to 64 KiB a rank: rooted, the root alone reduces (in
+ *     place when it is rank 0, whose buffer is the first input).
  *   reduce_scatter, all_gather, gather, scatter, all_to_all, reduce: the
  *     same pattern, one or two phases per chunk.
  *
@@ -49,12 +63,19 @@
  * set the limit: README, Benchmarks).
  *
  * Mismatches: before it arrives at a call's first phase, a rank
- * publishes the call (seq, collective, count, dtype, op, root).  Once all
- * have arrived there, each compares every rank's call with rank 0's (in a
- * tree, a rank compares its children's with its own) and fails the group
- * with DR_EMISMATCH naming both, lower rank first; a peer waiting for a
+ * publishes the call (seq, collective, count, dtype, op, root) in the
+ * record of the call's number (seg.h).  Once all have arrived there,
+ * each compares every rank's call with rank 0's (in a tree, a rank
+ * compares its children's with its own) and fails the group with
+ * DR_EMISMATCH naming both, lower rank first; a peer waiting for a
  * message of that seq from us sees our published call instead
- * (transport.c).
+ * (transport.c).  A rooted call does not wait for everyone: a reader
+ * compares its root's record (also while it waits: two ranks that each
+ * take the other for the root do not wait for ever), and every rank
+ * checks every rank's record of it at the next phase that waits for all,
+ * or LAG calls later at the latest (settle), having waited until every
+ * rank is past it.  A rank that returned at once learns of a mismatch
+ * there, or through the abort (looked at when a call starts).
  */
 #include <sched.h>
 #include <stdio.h>
@@ -141,6 +162,8 @@ struct call {
 	int sub;               /* its small slot, or -1 (a whole half) */
 	uint64_t e;            /* the phase waited for */
 	int cursor, stage;     /* how far waiting_for got */
+	int armed;             /* waiting in the transport: tell dri_shm_wait
+				* which flag (spinning: no need) */
 	int bad;               /* tree: a child whose call differs, or -1 */
 	int64_t t0;            /* when it started (the deadline is in op->id) */
 	struct rec rec;        /* this call */
@@ -213,6 +236,13 @@ static void publish(uint64_t *w, uint64_t v)
 static int tree_parent(int r)
 {
 	return (r - 1) / TREE_K;
+}
+
+/* dri_shm_wait sleeps only while *w < v. */
+static void want(const struct call *c, const uint64_t *w, uint64_t v)
+{
+	if (c->armed)
+		dri_shm_want(w, v);
 }
 
 /* Whether two published calls are the same call. */
@@ -289,7 +319,7 @@ static int waiting_for(void *arg)
 			c->bad = c->from;
 			return -1;
 		}
-		dri_shm_want(&b->up, c->e);
+		want(c, &b->up, c->e);
 		return c->from;
 	}
 	if (!c->tree) {
@@ -300,7 +330,7 @@ static int waiting_for(void *arg)
 				continue;
 			b = dri_shm_blk(c->cursor);
 			if (load(&b->up) < c->e) {
-				dri_shm_want(&b->up, c->e);
+				want(c, &b->up, c->e);
 				return c->cursor;
 			}
 		}
@@ -315,7 +345,7 @@ static int waiting_for(void *arg)
 				break;
 			b = dri_shm_blk(child);
 			if (load(&b->up) < c->e) {
-				dri_shm_want(&b->up, c->e);
+				want(c, &b->up, c->e);
 				return missing_below(c, child);
 			}
 			if (child_differs(c, child)) {
@@ -333,7 +363,7 @@ static int waiting_for(void *arg)
 			dri_seg_rank *b = dri_shm_blk(tree_parent(c->r));
 
 			if (load(&b->down) < c->e) {
-				dri_shm_want(&b->down, c->e);
+				want(c, &b->down, c->e);
 				/* The root waits for someone: name that
 				 * rank (and watch it) rather than our
 				 * parent. */
@@ -467,9 +497,13 @@ static dr_err await(struct call *c)
 
 	c->cursor = c->stage = 0;
 	c->bad = -1;
-	if (!spin_wait(c))
-		err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0,
-					      S.spin_us > 0);
+	c->armed = 0;
+	if (spin_wait(c))
+		return DR_OK;
+	c->armed = 1;
+	err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0,
+				      S.spin_us > 0);
+	c->armed = 0;
 	dri_shm_want(NULL, 0);
 	return err;
 }
