@@ -23,12 +23,13 @@
  * rooted call can make it wait.  Up to 16 ranks, the end of each half
  * holds NSUB / 2 small slots, which small rooted calls take in turn.
  *
- * Rooted calls (up to 16 ranks): a broadcast's root copies its data in,
- * arrives and returns at once; the others wait for the root's up word
- * alone, copy out, then arrive (saying they are done with it).  A small
- * reduce's others copy in, arrive and return; the root waits for them
- * all, reduces and arrives.  With the small slots a root runs up to LAG
- * calls ahead of its slowest reader.
+ * Rooted calls (up to 16 ranks): a broadcast's (a scatter's) root copies
+ * its data in, arrives and returns at once; the others wait for the
+ * root's up word alone, copy out, then arrive (saying they are done with
+ * it).  A gather's (a small reduce's) others copy in, arrive and return;
+ * the root waits for them all, copies out (reduces) and arrives.  With
+ * the small slots a root runs up to LAG calls ahead of its slowest
+ * reader.
  *
  * Algorithms (every rank reads in rank order, so every rank gets the same
  * bits, and the result does not depend on which rank computed it):
@@ -47,8 +48,9 @@
  *     other half.
  *   reduce, up to 64 KiB a rank: rooted, the root alone reduces (in
  *     place when it is rank 0, whose buffer is the first input).
- *   reduce_scatter, all_gather, gather, scatter, all_to_all, reduce: the
- *     same pattern, one or two phases per chunk.
+ *   gather, scatter: rooted; in a tree one phase per chunk.
+ *   reduce_scatter, all_gather, all_to_all, large reduce: the same
+ *     pattern, one or two phases per chunk.
  *
  * Waiting: a rank first spins on the flag without the transport's lock
  * (pausing and yielding every 16th look, or yielding at every look when
@@ -927,6 +929,10 @@ static dr_err gather_shm(struct call *c, int root)
 	const char *in = op->sendbuf;
 	char *out = op->buf, *own = NULL;
 	int reads = root < 0 || c->r == root;
+	/* gather, flat: the others write and go on, the root reads */
+	int rooted = root >= 0 && !c->tree;
+	int writes = !rooted || c->r != root;
+	int sub = rooted && n <= S.sub_bytes; /* then one chunk */
 	dr_err err = DR_OK;
 
 	if (reads && in != out + (size_t)c->r * n &&
@@ -942,14 +948,24 @@ static dr_err gather_shm(struct call *c, int root)
 		size_t k = n - a < chunk ? n - a : chunk;
 		int h;
 
-		if ((err = next_half(c, 1, &h)))
+		if ((err = sub ? next_sub(c, writes) : next_half(c, writes, &h)))
 			break;
-		memcpy(slot(c->r, h), in + a, k);
-		if ((err = phase(c)) || !reads)
+		if (writes)
+			memcpy(cur_slot(c, c->r), in + a, k);
+		if (!rooted) {
+			if ((err = phase(c)) || !reads)
+				continue;
+		} else if (writes) {
+			post(c);
 			continue;
+		} else if ((err = take(c, -1))) {
+			break;
+		}
 		for (int i = 0; i < c->p; i++)
 			if (i != c->r)
-				memcpy(out + (size_t)i * n + a, slot(i, h), k);
+				memcpy(out + (size_t)i * n + a, cur_slot(c, i), k);
+		if (rooted)
+			done(c);
 	}
 	if (!err && reads && in != out + (size_t)c->r * n)
 		memcpy(out + (size_t)c->r * n, in, n);
@@ -1011,6 +1027,9 @@ static dr_err spread_shm(struct call *c, int all)
 	char *out = op->buf, *own = NULL;
 	int root = all ? -1 : op->root;
 	size_t span = all ? n * (size_t)c->p : n;
+	/* scatter, flat: the root writes and goes on, the others read */
+	int rooted = !all && !c->tree, writes = all || c->r == root;
+	int sub = rooted && n * (size_t)c->p <= S.sub_bytes; /* one chunk */
 	dr_err err = DR_OK;
 
 	if ((all || c->r == root) &&
@@ -1026,19 +1045,28 @@ static dr_err spread_shm(struct call *c, int all)
 		size_t k = n - a < chunk ? n - a : chunk;
 		int h;
 
-		if ((err = next_half(c, 1, &h)))
+		if ((err = sub ? next_sub(c, writes) : next_half(c, writes, &h)))
 			break;
-		if (all || c->r == root)
+		if (writes)
 			for (int j = 0; j < c->p; j++)
 				if (j != c->r)
-					memcpy(slot(c->r, h) + (size_t)j * k,
+					memcpy(cur_slot(c, c->r) + (size_t)j * k,
 					       in + (size_t)j * n + a, k);
-		if ((err = phase(c)))
+		if (!rooted) {
+			if ((err = phase(c)))
+				break;
+		} else if (writes) {
+			post(c);
+			continue;
+		} else if ((err = take(c, root))) {
 			break;
+		}
 		for (int i = 0; i < c->p; i++)
 			if (i != c->r && (all || i == root))
 				memcpy(out + (all ? (size_t)i * n : 0) + a,
-				       slot(i, h) + (size_t)c->r * k, k);
+				       cur_slot(c, i) + (size_t)c->r * k, k);
+		if (rooted)
+			done(c);
 	}
 	if (!err && (all || c->r == root))
 		memmove(out + (all ? (size_t)c->r * n : 0),

@@ -39,8 +39,9 @@
  *                 broadcasts from rank r + 1: all wait); then up to 3
  *                 barriers; every rank prints the first error it gets
  *                 and exits 0 on DR_EMISMATCH
- *   rooted ITERS  ITERS rounds of a broadcast and a reduce, the root
- *                 going round the ranks, sizes from 4 B to 1.2 MiB,
+ *   rooted ITERS  ITERS rounds of a broadcast, a reduce, a gather and a
+ *                 scatter, the root going round the ranks, sizes from
+ *                 4 B to 1.2 MiB per rank (120 KiB beyond 8 ranks),
  *                 nothing else between: every value checked; prints
  *                 "rank R: rooted ok"
  *   leave KIND    the writers of a rooted call leave (destroy, exit 0)
@@ -355,10 +356,14 @@ static int mode_differ(const char *kind)
 
 static int mode_rooted(int iters)
 {
-	size_t counts[] = { 1, 16, 16384, 300001 }, max = 300001;
-	float *a = malloc(max * sizeof(float));
+	/* beyond 8 ranks at most 120 KiB a rank: gather's and scatter's
+	 * buffers are size times that */
+	size_t max = size > 8 ? 30001 : 300001;
+	size_t counts[] = { 1, 16, 16384, max };
+	float *a = malloc(max * sizeof(float) * (size_t)size);
+	float *b = malloc(max * sizeof(float) * (size_t)size);
 
-	if (!a)
+	if (!a || !b)
 		DIE("out of memory");
 	for (int it = 0; it < iters; it++) {
 		size_t n = counts[it % 4], off = (size_t)it;
@@ -392,9 +397,21 @@ static int mode_rooted(int iters)
 			expect("broadcast (4 B)", 1, a, want_val,
 			       &(struct from){ root, off });
 		}
+		for (size_t i = 0; i < n; i++)
+			a[i] = val(rank, off + i);
+		TRY(dr_gather(a, b, n, DR_FLOAT32, root, NULL, NULL));
+		for (int r = 0; rank == root && r < size; r++)
+			expect("gather", n, b + (size_t)r * n, want_val,
+			       &(struct from){ r, off });
+		for (size_t i = 0; i < n * (size_t)size; i++)
+			a[i] = rank == root ? val(root, off + i) : 0;
+		TRY(dr_scatter(a, b, n, DR_FLOAT32, root, NULL, NULL));
+		expect("scatter", n, b, want_val,
+		       &(struct from){ root, off + (size_t)rank * n });
 	}
 	printf("rank %d: rooted ok\n", rank);
 	free(a);
+	free(b);
 	return 0;
 }
 
