@@ -106,9 +106,10 @@
 #define SMALL_BYTES ((size_t)16 << 10)
 #define SMALL_TOTAL ((size_t)256 << 10)
 /* reduce: at most this many bytes per rank, and ROOTED_TOTAL for all,
- * go the rooted way (the root alone reduces every slot). */
+ * go the rooted way (the root alone reduces every slot; beyond, sharing
+ * the work wins: README, Benchmarks). */
 #define ROOTED_BYTES ((size_t)64 << 10)
-#define ROOTED_TOTAL ((size_t)512 << 10)
+#define ROOTED_TOTAL ((size_t)128 << 10)
 /* A rank checks a rooted call's records this many calls later (seg.h
  * keeps DRI_SEG_CALLS of each rank's): how far a broadcast's root may
  * run ahead of its slowest reader. */
