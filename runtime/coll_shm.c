@@ -46,8 +46,9 @@
  *   broadcast: rooted; in a tree, the root copies a chunk in, one phase,
  *     the others copy it out while the root copies the next one into the
  *     other half.
- *   reduce, up to 64 KiB a rank: rooted, the root alone reduces (in
- *     place when it is rank 0, whose buffer is the first input).
+ *   reduce, up to 64 KiB a rank and 128 KiB for all: rooted, the root
+ *     alone reduces (in place when it is rank 0, whose buffer is the
+ *     first input).
  *   gather, scatter: rooted; in a tree one phase per chunk.
  *   reduce_scatter, all_gather, all_to_all, large reduce: the same
  *     pattern, one or two phases per chunk.
