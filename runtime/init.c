@@ -167,6 +167,89 @@ static dr_err split_addrs(const char *all, int n, char ***out)
 	return DR_OK;
 }
 
+/* Variables that choose the collectives' algorithms (which levels, which
+ * path, how large a piece): with another value on one rank its calls go
+ * another way than the others', and they wait for each other until the
+ * timeout.  Every rank must have rank 0's. */
+static const char *const SAME_VARS[] = {
+	"DISTRUN_HIER", "DISTRUN_PRETEND_HOSTS", "DISTRUN_SHM_COLL",
+	"DISTRUN_SHM_CHUNK",
+};
+#define N_SAME_VARS (sizeof(SAME_VARS) / sizeof(SAME_VARS[0]))
+
+/* "NAME=VALUE\n" for each of SAME_VARS, in order ("NAME\n" if unset or
+ * empty); 0, or -1 if it does not fit. */
+static int same_vars(char *buf, size_t size)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < N_SAME_VARS; i++) {
+		const char *v = getenv(SAME_VARS[i]);
+		int n = v && *v ? snprintf(buf + used, size - used, "%s=%s\n",
+					   SAME_VARS[i], v)
+				: snprintf(buf + used, size - used, "%s\n",
+					   SAME_VARS[i]);
+
+		if (n < 0 || (size_t)n >= size - used)
+			return -1;
+		used += (size_t)n;
+	}
+	return 0;
+}
+
+/* Line i of a same_vars text (without its newline) into out. */
+static void same_var_line(const char *text, size_t i, char *out, size_t size)
+{
+	const char *p = text, *nl;
+
+	for (; i && (nl = strchr(p, '\n')); i--)
+		p = nl + 1;
+	nl = strchr(p, '\n');
+	snprintf(out, size, "%.*s", (int)(nl ? (size_t)(nl - p) : strlen(p)), p);
+}
+
+/* Rank 0 publishes its SAME_VARS; the others compare theirs with it and
+ * fail naming the first that differs. */
+static dr_err same_vars_check(int64_t t)
+{
+	char mine[2048], theirs[2048], a[600], b[600];
+	void *val = NULL;
+	size_t len;
+	dr_err err;
+
+	if (same_vars(mine, sizeof(mine)))
+		return dri_fail(DR_EENV, "DISTRUN_HIER, DISTRUN_PRETEND_HOSTS, "
+				"DISTRUN_SHM_COLL, DISTRUN_SHM_CHUNK: longer "
+				"than %zu bytes in all", sizeof(mine) - 1);
+	if (I.rank == 0)
+		return dri_kv_set(&I.kv, "settings", mine, strlen(mine));
+	err = dri_kv_get(&I.kv, "settings", &val, &len, t);
+	if (err)
+		return err;
+	snprintf(theirs, sizeof(theirs), "%.*s",
+		 (int)(len < sizeof(theirs) ? len : sizeof(theirs) - 1),
+		 (const char *)val);
+	free(val);
+	for (size_t i = 0; i < N_SAME_VARS; i++) {
+		size_t nl = strlen(SAME_VARS[i]);
+		char va[620], vb[620];
+
+		same_var_line(mine, i, a, sizeof(a));
+		same_var_line(theirs, i, b, sizeof(b));
+		if (!strcmp(a, b))
+			continue;
+		snprintf(va, sizeof(va), a[nl] == '=' ? "'%s'" : "unset",
+			 a + nl + (a[nl] == '='));
+		snprintf(vb, sizeof(vb), strlen(b) > nl && b[nl] == '=' ?
+			 "'%s'" : "unset", strlen(b) > nl ? b + nl + 1 : "");
+		return dri_fail(DR_EENV, "%s is %s on rank %d but %s on rank 0: "
+				"it must be the same on every rank",
+				SAME_VARS[i], va, I.rank, vb);
+	}
+	return DR_OK;
+}
+
 static dr_err rendezvous(void)
 {
 	char key[64], me[256], myhost[80], ident[4096], shm[160];
@@ -251,6 +334,9 @@ static dr_err rendezvous(void)
 			goto out;
 		}
 	}
+	err = same_vars_check(t);
+	if (err)
+		goto out;
 	dri_auth_transport_key(skey, job, 16, tkey);
 	err = local_host(dri_kv_fd(&I.kv), myhost, sizeof(myhost));
 	if (err)

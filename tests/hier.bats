@@ -143,15 +143,41 @@ says_all() {
 	done
 }
 
-@test "a rank whose DISTRUN_HIER differs meets DR_EMISMATCH that says so, not misread bytes" {
+@test "a rank whose DISTRUN_HIER, DISTRUN_PRETEND_HOSTS or DISTRUN_SHM_CHUNK differs from rank 0's fails at init, naming it" {
 	cat >"$BATS_TEST_TMPDIR/off1" <<-'EOF2'
 	#!/bin/sh
 	[ "$RANK" = 1 ] && export DISTRUN_HIER=off
 	exec "$@"
 	EOF2
 	chmod +x "$BATS_TEST_TMPDIR/off1"
-	DISTRUN_HIER=on on 1+2 3 "$BATS_TEST_TMPDIR/off1" "$CTESTS/hier_check" ints
+	# 1+2 used to meet a mismatch; 3+1 waited until the timeout
+	for hosts in 1+2 3+1; do
+		DISTRUN_HIER=on DISTRUN_TIMEOUT=30s on $hosts 4 \
+			"$BATS_TEST_TMPDIR/off1" "$CTESTS/hier_check" ints
+		[ "$status" -ne 0 ]
+		[[ "$output" == *"[1] "*"DISTRUN_HIER is 'off' on rank 1 but 'on' on rank 0: it must be the same on every rank"* ]] ||
+			{ echo "$hosts: $output"; return 1; }
+		# at once, not at the timeout
+		grep -q '^distrun: rank 1 exited with status 1 after [0-9]\.[0-9]*s$' <<<"$output" ||
+			{ echo "$hosts: $output"; return 1; }
+	done
+	cat >"$BATS_TEST_TMPDIR/unset2" <<-'EOF2'
+	#!/bin/sh
+	[ "$RANK" = 2 ] && unset DISTRUN_PRETEND_HOSTS
+	exec "$@"
+	EOF2
+	cat >"$BATS_TEST_TMPDIR/chunk3" <<-'EOF2'
+	#!/bin/sh
+	[ "$RANK" = 3 ] && export DISTRUN_SHM_CHUNK=8192
+	exec "$@"
+	EOF2
+	chmod +x "$BATS_TEST_TMPDIR/unset2" "$BATS_TEST_TMPDIR/chunk3"
+	on 3+1 4 "$BATS_TEST_TMPDIR/unset2" "$CTESTS/coll_check" init
 	[ "$status" -ne 0 ]
-	[[ "$output" == *"DR_EMISMATCH"*"ran barrier flat but rank 2 in two levels"*"is DISTRUN_HIER the same on every rank?"* ]] ||
+	[[ "$output" == *"[2] "*"DISTRUN_PRETEND_HOSTS is unset on rank 2 but '3+1' on rank 0"* ]] ||
+		{ echo "$output"; return 1; }
+	on 3+1 4 "$BATS_TEST_TMPDIR/chunk3" "$CTESTS/coll_check" init
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"[3] "*"DISTRUN_SHM_CHUNK is '8192' on rank 3 but unset on rank 0"* ]] ||
 		{ echo "$output"; return 1; }
 }
