@@ -167,38 +167,7 @@ static dr_err split_addrs(const char *all, int n, char ***out)
 	return DR_OK;
 }
 
-/* Variables that choose the collectives' algorithms (which levels, which
- * path, how large a piece): with another value on one rank its calls go
- * another way than the others', and they wait for each other until the
- * timeout.  Every rank must have rank 0's. */
-static const char *const SAME_VARS[] = {
-	"DISTRUN_HIER", "DISTRUN_PRETEND_HOSTS", "DISTRUN_SHM_COLL",
-	"DISTRUN_SHM_CHUNK",
-};
-#define N_SAME_VARS (sizeof(SAME_VARS) / sizeof(SAME_VARS[0]))
-
-/* "NAME=VALUE\n" for each of SAME_VARS, in order ("NAME\n" if unset or
- * empty); 0, or -1 if it does not fit. */
-static int same_vars(char *buf, size_t size)
-{
-	size_t used = 0;
-
-	buf[0] = 0;
-	for (size_t i = 0; i < N_SAME_VARS; i++) {
-		const char *v = getenv(SAME_VARS[i]);
-		int n = v && *v ? snprintf(buf + used, size - used, "%s=%s\n",
-					   SAME_VARS[i], v)
-				: snprintf(buf + used, size - used, "%s\n",
-					   SAME_VARS[i]);
-
-		if (n < 0 || (size_t)n >= size - used)
-			return -1;
-		used += (size_t)n;
-	}
-	return 0;
-}
-
-/* Line i of a same_vars text (without its newline) into out. */
+/* Line i of a dri_rdzv_settings text (without its newline) into out. */
 static void same_var_line(const char *text, size_t i, char *out, size_t size)
 {
 	const char *p = text, *nl;
@@ -209,8 +178,8 @@ static void same_var_line(const char *text, size_t i, char *out, size_t size)
 	snprintf(out, size, "%.*s", (int)(nl ? (size_t)(nl - p) : strlen(p)), p);
 }
 
-/* Rank 0 publishes its SAME_VARS; the others compare theirs with it and
- * fail naming the first that differs. */
+/* Rank 0 publishes its dri_rdzv_settings; the others compare theirs with
+ * it and fail naming the first variable that differs. */
 static dr_err same_vars_check(int64_t t)
 {
 	char mine[2048], theirs[2048], a[600], b[600];
@@ -218,7 +187,7 @@ static dr_err same_vars_check(int64_t t)
 	size_t len;
 	dr_err err;
 
-	if (same_vars(mine, sizeof(mine)))
+	if (dri_rdzv_settings(mine, sizeof(mine)))
 		return dri_fail(DR_EENV, "DISTRUN_HIER, DISTRUN_PRETEND_HOSTS, "
 				"DISTRUN_SHM_COLL, DISTRUN_SHM_CHUNK: longer "
 				"than %zu bytes in all", sizeof(mine) - 1);
@@ -231,8 +200,8 @@ static dr_err same_vars_check(int64_t t)
 		 (int)(len < sizeof(theirs) ? len : sizeof(theirs) - 1),
 		 (const char *)val);
 	free(val);
-	for (size_t i = 0; i < N_SAME_VARS; i++) {
-		size_t nl = strlen(SAME_VARS[i]);
+	for (size_t i = 0; i < DRI_RDZV_N_SETTINGS; i++) {
+		size_t nl = strlen(dri_rdzv_setting_vars[i]);
 		char va[620], vb[620];
 
 		same_var_line(mine, i, a, sizeof(a));
@@ -245,7 +214,7 @@ static dr_err same_vars_check(int64_t t)
 			 "'%s'" : "unset", strlen(b) > nl ? b + nl + 1 : "");
 		return dri_fail(DR_EENV, "%s is %s on rank %d but %s on rank 0: "
 				"it must be the same on every rank",
-				SAME_VARS[i], va, I.rank, vb);
+				dri_rdzv_setting_vars[i], va, I.rank, vb);
 	}
 	return DR_OK;
 }

@@ -124,6 +124,13 @@ dr_err dri_rdzv_lookup(dri_rdzv_plan *p, int64_t timeout_ms);
  * it (the port, TORCHELASTIC_RUN_ID, the launcher's job id, the world
  * size; for FILE, the path instead of the port). */
 void dri_rdzv_identity(const dri_rdzv_plan *p, char *buf, size_t size);
+/* The variables that must be the same on every rank (they choose how
+ * the collectives run), and "NAME=VALUE\n" for each in order ("NAME\n"
+ * if unset or empty): what rank 0 publishes at init for the others to
+ * compare.  0, or -1 if it does not fit in size. */
+#define DRI_RDZV_N_SETTINGS 4
+extern const char *const dri_rdzv_setting_vars[DRI_RDZV_N_SETTINGS];
+int dri_rdzv_settings(char *buf, size_t size);
 /* Every rank has joined (or init failed): rank 0 removes the file it
  * published.  No-op otherwise. */
 void dri_rdzv_joined(dri_rdzv_plan *p);

@@ -601,3 +601,31 @@ void dri_rdzv_joined(dri_rdzv_plan *p)
 		p->published = 0;
 	}
 }
+
+/* Variables that choose the collectives' algorithms (which levels, which
+ * path, how large a piece): with another value on one rank its calls go
+ * another way than the others', and they wait for each other until the
+ * timeout.  Every rank must have rank 0's. */
+const char *const dri_rdzv_setting_vars[DRI_RDZV_N_SETTINGS] = {
+	"DISTRUN_HIER", "DISTRUN_PRETEND_HOSTS", "DISTRUN_SHM_COLL",
+	"DISTRUN_SHM_CHUNK",
+};
+
+int dri_rdzv_settings(char *buf, size_t size)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < DRI_RDZV_N_SETTINGS; i++) {
+		const char *v = getenv(dri_rdzv_setting_vars[i]);
+		int n = v && *v ? snprintf(buf + used, size - used, "%s=%s\n",
+					   dri_rdzv_setting_vars[i], v)
+				: snprintf(buf + used, size - used, "%s\n",
+					   dri_rdzv_setting_vars[i]);
+
+		if (n < 0 || (size_t)n >= size - used)
+			return -1;
+		used += (size_t)n;
+	}
+	return 0;
+}

@@ -297,7 +297,7 @@ static void mode_giant(void)
 {
 	const char *host = getenv("MASTER_ADDR");
 	int port = atoi(getenv("MASTER_PORT")), size = atoi(getenv("WORLD_SIZE"));
-	char ident[512], me[64], *all;
+	char ident[512], me[64], settings[2048], *all;
 	uint8_t skey[32], tkey[32], job[20] = { 0 };
 	unsigned char chal[DRI_HS_CHAL], proof[DRI_HS_PROOF], ack, hb[DRI_WIRE_HDR];
 	void *v;
@@ -328,7 +328,9 @@ static void mode_giant(void)
 	if (dri_net_listen("127.0.0.1", 0, lfd, &nl))
 		exit(2);
 	snprintf(me, sizeof(me), "127.0.0.1:%d", dri_net_port(lfd[0]));
-	if (dri_store_set(st, "job", job, sizeof(job)) ||
+	if (dri_rdzv_settings(settings, sizeof(settings)) ||
+	    dri_store_set(st, "job", job, sizeof(job)) ||
+	    dri_store_set(st, "settings", settings, strlen(settings)) ||
 	    dri_store_set(st, "addr/0", me, strlen(me)) ||
 	    dri_store_get(st, "addr/1", &v, &len, 30000))
 		exit(2);
