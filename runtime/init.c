@@ -178,6 +178,16 @@ static void same_var_line(const char *text, size_t i, char *out, size_t size)
 	snprintf(out, size, "%.*s", (int)(nl ? (size_t)(nl - p) : strlen(p)), p);
 }
 
+/* The value in a settings line "NAME=VALUE" (name nl bytes long) as a
+ * message shows it: 'VALUE', or unset for a line "NAME". */
+static void setting_value(const char *line, size_t nl, char *out, size_t size)
+{
+	if (strlen(line) > nl && line[nl] == '=')
+		snprintf(out, size, "'%s'", line + nl + 1);
+	else
+		snprintf(out, size, "unset");
+}
+
 /* Rank 0 publishes its dri_rdzv_settings; the others compare theirs with
  * it and fail naming the first variable that differs. */
 static dr_err same_vars_check(int64_t t)
@@ -208,10 +218,8 @@ static dr_err same_vars_check(int64_t t)
 		same_var_line(theirs, i, b, sizeof(b));
 		if (!strcmp(a, b))
 			continue;
-		snprintf(va, sizeof(va), a[nl] == '=' ? "'%s'" : "unset",
-			 a + nl + (a[nl] == '='));
-		snprintf(vb, sizeof(vb), strlen(b) > nl && b[nl] == '=' ?
-			 "'%s'" : "unset", strlen(b) > nl ? b + nl + 1 : "");
+		setting_value(a, nl, va, sizeof(va));
+		setting_value(b, nl, vb, sizeof(vb));
 		return dri_fail(DR_EENV, "%s is %s on rank %d but %s on rank 0: "
 				"it must be the same on every rank",
 				dri_rdzv_setting_vars[i], va, I.rank, vb);
