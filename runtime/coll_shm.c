@@ -53,6 +53,18 @@
  *   reduce_scatter, all_gather, all_to_all, large reduce: the same
  *     pattern, one or two phases per chunk.
  *
+ * Single copy: a flat broadcast, all_gather, gather, scatter or
+ *   all_to_all whose readers read at least DIRECT_MIN bytes of a rank
+ *   skips the slots: every rank publishes the address of what is read of
+ *   it (seg.h: xaddr), one phase (the call's check), each reader copies
+ *   straight from the others' buffers into its own with
+ *   process_vm_readv, one phase (nobody returns while its buffer is
+ *   read).  One copy instead of two, and no chunks.  The first such call
+ *   of a process group probes first (probe_direct): it goes this way
+ *   only if every rank could read every other's memory right (ptrace
+ *   rules, pid namespaces and seccomp can forbid it) and, unless
+ *   DISTRUN_SHM_DIRECT=on, one copy was measured faster than two.
+ *
  * Waiting: a rank first spins on the flag without the transport's lock
  * (pausing and yielding every 16th look, or yielding at every look when
  * ranks outnumber the cores it may use), for DISTRUN_SPIN_US at most; then it waits in the transport
@@ -80,10 +92,12 @@
  * rank is past it.  A rank that returned at once learns of a mismatch
  * there, or through the abort (looked at when a call starts).
  */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "clock.h"
@@ -123,6 +137,13 @@
 #define NSUB 16
 #define SUB_BYTES ((size_t)16 << 10)
 #define SUB_HALF_MIN ((size_t)1 << 20)
+/* Single copy: a flat non-reducing call whose readers read pieces of at
+ * least DIRECT_MIN bytes of a rank reads them with process_vm_readv,
+ * DIRECT_PIECE at a time, once the probe (PROBE_BYTES of every other
+ * rank) found that it works and wins. */
+#define DIRECT_MIN ((size_t)32 << 10)
+#define DIRECT_PIECE ((size_t)4 << 20)
+#define PROBE_BYTES ((size_t)256 << 10)
 
 /* A call as this rank made it: its number among the calls through the
  * flags (its record's place, seg.h), first and last phase, and whether
@@ -152,6 +173,8 @@ static struct {
 	int configured, off, oversub;
 	unsigned generation;   /* dri_shm_generation() configured for */
 	int64_t spin_us;
+	int direct_mode;       /* dri_shm_direct_mode() */
+	int direct;            /* single copy: 1 yes, -1 no, 0 not probed */
 	size_t chunk;          /* bytes of a half used per phase */
 	const char *in[DRI_SEG_SHM_MAX]; /* reduction inputs, rank order */
 } S;
@@ -181,6 +204,14 @@ static int64_t now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -205,6 +236,8 @@ static void configure(void)
 	if (S.spin_us < 0)
 		S.spin_us = 0;
 	S.oversub = dri_shm_oversubscribed();
+	S.direct_mode = dri_shm_direct_mode();
+	S.direct = S.direct_mode > 0 ? 0 : -1;
 	S.chunk = dri_shm_slot_bytes();
 	S.sub_bytes = S.chunk >= SUB_HALF_MIN ? SUB_BYTES : 0;
 	S.chunk -= NSUB / 2 * S.sub_bytes;
@@ -724,6 +757,172 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 	return err;
 }
 
+/* ------------------------------------------------------ single copy */
+
+/* The address rank i published (seg.h: xaddr or probe_addr). */
+static uint64_t peer_addr(int i, int probe)
+{
+	dri_seg_rank *b = dri_shm_blk(i);
+
+	return __atomic_load_n(probe ? &b->probe_addr : &b->xaddr,
+			       __ATOMIC_RELAXED);
+}
+
+/* n bytes at src in rank peer's memory into dst; 0, or the errno. */
+static int cma_copy(int peer, void *dst, uint64_t src, size_t n)
+{
+	pid_t pid = __atomic_load_n(&dri_shm_blk(peer)->pid, __ATOMIC_ACQUIRE);
+
+	for (size_t o = 0; o < n;) {
+		size_t k = n - o < DIRECT_PIECE ? n - o : DIRECT_PIECE;
+		struct iovec l = { (char *)dst + o, k };
+		struct iovec r = { (void *)(uintptr_t)(src + o), k };
+		ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return got < 0 ? errno : EIO;
+		o += (size_t)got;
+		if (o < n && dri_transport_check())
+			return ECANCELED;
+	}
+	return 0;
+}
+
+/* cma_copy of rank peer's published buffer at offset off, as an error:
+ * the job's (a death, an abort) if it has one, else the failed read. */
+static dr_err cma_read(int peer, void *dst, size_t off, size_t n)
+{
+	int e = cma_copy(peer, dst, peer_addr(peer, 0) + off, n);
+	dr_err err;
+
+	if (!e)
+		return DR_OK;
+	if ((err = dri_transport_check()))
+		return err;
+	return dri_fail(DR_EPEER, "reading rank %d's buffer (process_vm_readv): "
+			"%s", peer, strerror(e));
+}
+
+/* Word j of what rank i's probe buffer holds at phase e: the readers
+ * know it, so a read that reaches another process (another pid
+ * namespace) or other memory is found out. */
+static uint64_t probe_word(int i, uint64_t e, size_t j)
+{
+	uint64_t x = ((uint64_t)i << 48 ^ e << 24 ^ j) * 0x9e3779b97f4a7c15ull;
+
+	return x ^ x >> 29;
+}
+
+/* Whether the n bytes at p are rank i's probe pattern of phase e. */
+static int probe_good(const char *p, int i, uint64_t e, size_t n)
+{
+	for (size_t j = 0; j < n / 8; j++) {
+		uint64_t w;
+
+		memcpy(&w, p + 8 * j, 8);
+		if (w != probe_word(i, e, j))
+			return 0;
+	}
+	return 1;
+}
+
+/* Before the first call that could go the single-copy way (after its
+ * first phase e, which published every rank's probe buffer, buf here):
+ * each rank times the two copies of the slots' way (its pattern into
+ * its slot; one phase; each other's out of theirs) against reading each
+ * other's probe buffer with process_vm_readv, and checks what it read
+ * (a pid of another namespace reads another process, or nothing).  It
+ * publishes what it found; one phase; the call goes the single-copy
+ * way if every rank read every other right and, unless
+ * DISTRUN_SHM_DIRECT=on, one copy was the faster for at least half of
+ * them (a rank the scheduler took off its CPU mid-way does not decide
+ * alone).  Every rank takes the same decision (S.direct). */
+static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
+{
+	dri_seg_rank *me = dri_shm_blk(c->r);
+	char *tmp = dri_scratch_get(n);
+	int64_t t0 = now_ns(), in_ns, two = 0, one = 0;
+	int works = tmp && buf, faster = 0;
+	dr_err err;
+
+	/* After phase e every rank is done with every slot (S.safe). */
+	if (buf)
+		memcpy(slot(c->r, 0), buf, n);
+	in_ns = now_ns() - t0;
+	if ((err = phase(c)))
+		goto out;
+	for (int k = 1; works && k < c->p; k++) {
+		int i = (c->r + k) % c->p;
+
+		t0 = now_ns();
+		memcpy(tmp, slot(i, 0), n);
+		two += in_ns + now_ns() - t0;
+		works = probe_good(tmp, i, e, n);
+		t0 = now_ns();
+		works = works && !cma_copy(i, tmp, peer_addr(i, 1), n);
+		one += now_ns() - t0;
+		works = works && probe_good(tmp, i, e, n);
+	}
+	faster = one < two;
+	__atomic_store_n(&me->probe_verdict, (uint64_t)(works | faster << 1),
+			 __ATOMIC_RELAXED);
+	if ((err = phase(c)))
+		goto out;
+	works = 1;
+	faster = 0;
+	for (int i = 0; i < c->p; i++) {
+		uint64_t v = __atomic_load_n(&dri_shm_blk(i)->probe_verdict,
+					     __ATOMIC_RELAXED);
+
+		works &= (int)(v & 1);
+		faster += (int)(v >> 1 & 1);
+	}
+	S.direct = works && (S.direct_mode == 2 || 2 * faster >= c->p) ? 1 : -1;
+out:
+	dri_scratch_put(tmp);
+	free(buf);
+	return err;
+}
+
+/* For a call whose readers read pieces of `piece` bytes of the others'
+ * memory: says whether it goes the single-copy way (*direct).  If it
+ * may, this rank publishes addr (the buffer its readers read) and meets
+ * the others once (the call's first phase: its check), after the probe
+ * if none has been made.  The call then reads (cma_read) and meets them
+ * once more before it returns, so that nobody's buffer is read after
+ * its call returned.  Otherwise it goes through the slots. */
+static dr_err direct_start(struct call *c, size_t piece, const void *addr,
+			   int *direct)
+{
+	dri_seg_rank *me = dri_shm_blk(c->r);
+	size_t n = S.chunk < PROBE_BYTES ? S.chunk : PROBE_BYTES;
+	uint64_t *buf = NULL;
+	dr_err err;
+
+	*direct = 0;
+	if (c->tree || piece < DIRECT_MIN || S.direct < 0)
+		return DR_OK;
+	__atomic_store_n(&me->xaddr, (uint64_t)(uintptr_t)addr, __ATOMIC_RELAXED);
+	if (!S.direct) {
+		/* The probe buffer: a pattern the readers can check. */
+		if ((buf = malloc(n)))
+			for (size_t j = 0; j < n / 8; j++)
+				buf[j] = probe_word(c->r, S.phase + 1, j);
+		__atomic_store_n(&me->probe_addr, (uint64_t)(uintptr_t)buf,
+				 __ATOMIC_RELAXED);
+	}
+	if ((err = phase(c))) {
+		free(buf);
+		return err;
+	}
+	if (!S.direct && (err = probe_direct(c, buf, n, c->e)))
+		return err;
+	*direct = S.direct > 0;
+	return DR_OK;
+}
+
 /* ------------------------------------------------------- algorithms */
 
 static dr_err barrier_shm(struct call *c)
@@ -885,7 +1084,7 @@ static dr_err broadcast_shm(struct call *c)
 	const dri_op *op = c->op;
 	size_t n = op->count * dr_dtype_size(op->dtype), chunk = S.chunk;
 	char *buf = op->buf;
-	int root = op->root, me = c->r == root;
+	int root = op->root, me = c->r == root, direct;
 	dr_err err = DR_OK;
 
 	if (!c->tree && n <= S.sub_bytes) {
@@ -900,6 +1099,11 @@ static dr_err broadcast_shm(struct call *c)
 			done(c);
 		}
 		return err;
+	}
+	if ((err = direct_start(c, n, buf, &direct)) || direct) {
+		if (!err && !me)
+			err = cma_read(root, buf, 0, n);
+		return err ? err : phase(c);
 	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;
@@ -935,6 +1139,7 @@ static dr_err gather_shm(struct call *c, int root)
 	int rooted = root >= 0 && !c->tree;
 	int writes = !rooted || c->r != root;
 	int sub = rooted && n <= S.sub_bytes; /* then one chunk */
+	int direct;
 	dr_err err = DR_OK;
 
 	if (reads && in != out + (size_t)c->r * n &&
@@ -945,6 +1150,17 @@ static dr_err gather_shm(struct call *c, int root)
 			return DR_ENOMEM; /* dri_submit aborts the group */
 		memcpy(own, in, n);
 		in = own;
+	}
+	if ((err = direct_start(c, n, in, &direct)) || direct) {
+		for (int k = 1; !err && reads && k < c->p; k++) {
+			int i = (c->r + k) % c->p;
+
+			err = cma_read(i, out + (size_t)i * n, 0, n);
+		}
+		if (!err && reads && in != out + (size_t)c->r * n)
+			memcpy(out + (size_t)c->r * n, in, n);
+		dri_scratch_put(own);
+		return err ? err : phase(c);
 	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;
@@ -1032,6 +1248,7 @@ static dr_err spread_shm(struct call *c, int all)
 	/* scatter, flat: the root writes and goes on, the others read */
 	int rooted = !all && !c->tree, writes = all || c->r == root;
 	int sub = rooted && n * (size_t)c->p <= S.sub_bytes; /* one chunk */
+	int direct;
 	dr_err err = DR_OK;
 
 	if ((all || c->r == root) &&
@@ -1042,6 +1259,20 @@ static dr_err spread_shm(struct call *c, int all)
 			return DR_ENOMEM; /* dri_submit aborts the group */
 		memcpy(own, in, n * (size_t)c->p);
 		in = own;
+	}
+	if ((err = direct_start(c, n, in, &direct)) || direct) {
+		for (int k = 1; !err && k < c->p; k++) {
+			int i = (c->r + k) % c->p;
+
+			if (all || i == root)
+				err = cma_read(i, out + (all ? (size_t)i * n : 0),
+					       (size_t)c->r * n, n);
+		}
+		if (!err && (all || c->r == root))
+			memmove(out + (all ? (size_t)c->r * n : 0),
+				in + (size_t)c->r * n, n);
+		dri_scratch_put(own);
+		return err ? err : phase(c);
 	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
 		size_t k = n - a < chunk ? n - a : chunk;

@@ -199,8 +199,9 @@ static dr_err same_vars_check(int64_t t)
 
 	if (dri_rdzv_settings(mine, sizeof(mine)))
 		return dri_fail(DR_EENV, "DISTRUN_HIER, DISTRUN_PRETEND_HOSTS, "
-				"DISTRUN_SHM_COLL, DISTRUN_SHM_CHUNK: longer "
-				"than %zu bytes in all", sizeof(mine) - 1);
+				"DISTRUN_SHM_COLL, DISTRUN_SHM_CHUNK, "
+				"DISTRUN_SHM_DIRECT: longer than %zu bytes in "
+				"all", sizeof(mine) - 1);
 	if (I.rank == 0)
 		return dri_kv_set(&I.kv, "settings", mine, strlen(mine));
 	err = dri_kv_get(&I.kv, "settings", &val, &len, t);

@@ -35,7 +35,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 4
+#define DRI_SEG_VERSION 5
 /* The environment variable that names the inherited segment's fd. */
 #define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
@@ -124,7 +124,12 @@ typedef struct {
 	dri_seg_call last;
 	uint64_t tiny[2];
 	uint64_t down;
-	uint64_t pad3_[7];
+	/* Single copy (coll_shm.c), on down's line: the address in this
+	 * rank's memory of the buffer its current call's readers read with
+	 * process_vm_readv; of what the probe reads; what its probe found
+	 * (1: works and wins, 2: not). */
+	uint64_t xaddr, probe_addr, probe_verdict;
+	uint64_t pad3_[4];
 	dri_seg_call call[DRI_SEG_CALLS];
 	uint64_t ready[];          /* nranks bits */
 } dri_seg_rank;

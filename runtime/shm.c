@@ -130,10 +130,26 @@ dr_err dri_shm_configure(const char *opt)
 		return dri_fail(DR_EENV, "DISTRUN_TRANSPORT='%s': use auto, shm "
 				"or tcp", env);
 	}
+	if (dri_shm_direct_mode() < 0)
+		return dri_fail(DR_EENV, "DISTRUN_SHM_DIRECT='%s': use auto, on "
+				"or off", getenv("DISTRUN_SHM_DIRECT"));
 	/* The host identity's variables too, here, before the rendezvous:
 	 * every rank then fails on its own with their name, rather than one
 	 * first and the others at its closed store. */
 	return host_id(-1);
+}
+
+int dri_shm_direct_mode(void)
+{
+	const char *s = getenv("DISTRUN_SHM_DIRECT");
+
+	if (!s || !*s || !strcmp(s, "auto"))
+		return 1;
+	if (!strcmp(s, "on") || !strcmp(s, "1"))
+		return 2;
+	if (!strcmp(s, "off") || !strcmp(s, "0"))
+		return 0;
+	return -1;
 }
 
 int dri_shm_wanted(void)

@@ -26,6 +26,10 @@
 dr_err dri_shm_configure(const char *opt);
 /* Whether this rank may use shared memory (not DISTRUN_TRANSPORT=tcp). */
 int dri_shm_wanted(void);
+/* DISTRUN_SHM_DIRECT, single copy for large calls through the segment
+ * (coll_shm.c): 0 off, 1 auto (unset), 2 on, -1 another value
+ * (dri_shm_configure fails on it). */
+int dri_shm_direct_mode(void);
 /* After dri_seg_attach: what this rank publishes with its address,
  * "|SEGID/HOST/LOCAL", or "" when it will not use shared memory (then
  * nobody uses it with this rank).  DR_EINVAL/DR_EENV if shm was asked

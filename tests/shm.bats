@@ -175,6 +175,65 @@ exact() {
 	exact 5 $((2 << 20)) DISTRUN_SHM_CHUNK=4096
 }
 
+# pvr_reads FILE: the process_vm_readv calls in strace output FILE that
+# read something (strace traced nothing else).
+pvr_reads() {
+	grep -cE '= [1-9][0-9]*$' "$1" || true
+}
+
+# traced FILE CMD...: CMD under strace, its process_vm_readv calls into
+# FILE (LeakSanitizer cannot run under a tracer: off for these).
+traced() {
+	local f=$1; shift
+	run env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+		strace -f -qq -e trace=process_vm_readv -o "$f" "$@"
+}
+
+@test "single copy: large data calls read the others' buffers with process_vm_readv, every value right both ways" {
+	exact 3 $((8 << 20)) DISTRUN_SHM_DIRECT=on
+	# 4 ranks on 2 cores, a 1 MiB piece read in one go or in several
+	exact 4 $((2 << 20)) DISTRUN_SHM_DIRECT=on
+	exact 3 $((2 << 20)) DISTRUN_SHM_DIRECT=off
+	# on: the reads happen, beyond the probe's one per pair of ranks
+	traced "$BATS_TEST_TMPDIR/on" env DISTRUN_SHM_DIRECT=on "$DISTRUN" -n 2 "$CTESTS/shm_check" exact $((1 << 20))
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	[ "$(pvr_reads "$BATS_TEST_TMPDIR/on")" -gt 2 ]
+	# off: none at all
+	traced "$BATS_TEST_TMPDIR/off" env DISTRUN_SHM_DIRECT=off "$DISTRUN" -n 2 "$CTESTS/shm_check" exact $((1 << 20))
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	! grep -q process_vm_readv "$BATS_TEST_TMPDIR/off"
+}
+
+@test "single copy: ranks whose memory the others may not read: the probe finds out, the calls go through the slots" {
+	# Without CAP_SYS_PTRACE, a non-dumpable process's memory is closed
+	# to its peers even under the same uid.
+	traced "$BATS_TEST_TMPDIR/trace" env SHM_CHECK_NODUMP=1 DISTRUN_SHM_DIRECT=on \
+		setpriv --bounding-set -sys_ptrace --inh-caps -sys_ptrace \
+		"$DISTRUN" -n 3 "$CTESTS/shm_check" exact $((1 << 20))
+	echo "$output" | tail -5
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ': exact ok$' <<<"$output")" -eq 3 ]
+	# every rank's probe was refused, and nothing was read after it
+	[ "$(grep -c 'EPERM' "$BATS_TEST_TMPDIR/trace")" -ge 3 ]
+	[ "$(pvr_reads "$BATS_TEST_TMPDIR/trace")" -eq 0 ]
+}
+
+@test "single copy: a call that differs fails with DR_EMISMATCH before anything is read; a killed rank fails the others" {
+	DISTRUN_SHM_DIRECT=on check 3 differ big
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c 'DR_EMISMATCH: rank 0 called all_gather(count=16384, float32) but rank 1 called all_gather(count=16385, float32)' <<<"$output")" -eq 3 ]
+	DISTRUN_SHM_DIRECT=on kill_fails_fast 3 $((4 << 20)) all_gather
+	DISTRUN_SHM_DIRECT=on kill_fails_fast 4 $((1 << 20)) broadcast
+}
+
+@test "DISTRUN_SHM_DIRECT other than auto, on or off: init fails naming it" {
+	run env DISTRUN_SHM_DIRECT=sometimes timeout 60 "$DISTRUN" -n 2 "$CTESTS/shm_check" info
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q "^\[0\] rank 0: .*DR_EENV: DISTRUN_SHM_DIRECT='sometimes': use auto, on or off" <<<"$output"
+}
+
 @test "the same check can fail: messages sum in another order" {
 	# The check is not vacuous: the message algorithms (the collectives
 	# through the rings) round some of these sums differently.

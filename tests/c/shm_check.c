@@ -36,7 +36,9 @@
  *                 return before the others have seen it: KIND root
  *                 (it takes itself for the root), bcount (count 9),
  *                 reduce (a reduce to rank 0), or swap (every rank r
- *                 broadcasts from rank r + 1: all wait); then up to 3
+ *                 broadcasts from rank r + 1: all wait); or KIND big:
+ *                 an all_gather of 16385 floats a rank against the
+ *                 others' 16384 (single copy); then up to 3
  *                 barriers; every rank prints the first error it gets
  *                 and exits 0 on DR_EMISMATCH
  *   rooted ITERS  ITERS rounds of a broadcast, a reduce, a gather and a
@@ -53,14 +55,19 @@
  *                 the others print the error they get and exit 0 on
  *                 DR_ETIMEDOUT (run with a short --timeout)
  *
+ * With SHM_CHECK_NODUMP set, a rank makes itself non-dumpable before init
+ * (then only a process with CAP_SYS_PTRACE may read its memory).
+ *
  * Anything unexpected prints "rank R: ..." on stderr and exits 1.
  */
 #include <distrun.h>
 #include <math.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "seg.h"
@@ -318,7 +325,7 @@ static int mode_differ(const char *kind)
 	 * one reports it here. */
 	e = dr_barrier(NULL, NULL, NULL, 0);
 	if (!e && strcmp(kind, "count") && strcmp(kind, "msgs") &&
-	    strcmp(kind, "tiny")) {
+	    strcmp(kind, "tiny") && strcmp(kind, "big")) {
 		/* rooted: the error may come at a later call */
 		int odd = rank == size / 2;
 
@@ -339,7 +346,14 @@ static int mode_differ(const char *kind)
 			e = dr_barrier(NULL, NULL, NULL, 0);
 	} else if (e)
 		;
-	else if (!strcmp(kind, "tiny")) /* 8 B against 4 B: on up's line */
+	else if (!strcmp(kind, "big")) { /* 64 KiB a rank: single copy */
+		size_t n = rank == size / 2 ? 16385 : 16384;
+		float *a = calloc(n * (size_t)(size + 1), sizeof(float));
+
+		if (!a)
+			DIE("out of memory");
+		e = dr_all_gather(a, a + n, n, DR_FLOAT32, NULL, NULL);
+	} else if (!strcmp(kind, "tiny")) /* 8 B against 4 B: on up's line */
 		e = dr_all_reduce(buf, rank == size / 2 ? 1 : 2, DR_FLOAT32,
 				  DR_SUM, NULL, NULL);
 	else if (rank != size / 2)
@@ -494,6 +508,10 @@ int main(int argc, char **argv)
 	int rc = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* A process whose memory others may read only with CAP_SYS_PTRACE
+	 * (the single-copy tests drop it). */
+	if (getenv("SHM_CHECK_NODUMP") && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+		DIE("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
 	TRY(dr_init_process_group(NULL, NULL));
 	rank = dr_get_rank();
 	size = dr_get_world_size();
