@@ -55,7 +55,8 @@
  *
  * Single copy: a flat broadcast, all_gather, gather, scatter or
  *   all_to_all whose readers read at least DIRECT_MIN bytes of a rank
- *   skips the slots: every rank publishes the address of what is read of
+ *   (a broadcast or gather: at most ROOTED_DIRECT_MAX in all) skips the
+ *   slots: every rank publishes the address of what is read of
  *   it (seg.h: xaddr), one phase (the call's check), each reader copies
  *   straight from the others' buffers into its own with
  *   process_vm_readv, one phase (nobody returns while its buffer is
@@ -144,6 +145,12 @@
 #define DIRECT_MIN ((size_t)32 << 10)
 #define DIRECT_PIECE ((size_t)4 << 20)
 #define PROBE_BYTES ((size_t)256 << 10)
+/* A broadcast or a gather, where the readers of a rank's buffer (or the
+ * root reading the others') read more than this in all, goes through
+ * the slots: there the copying in is shared out and overlaps the
+ * copying out, which beats one copy done alone by a slower syscall
+ * (README, Benchmarks). */
+#define ROOTED_DIRECT_MAX ((size_t)4 << 20)
 
 /* A call as this rank made it: its number among the calls through the
  * flags (its record's place, seg.h), first and last phase, and whether
@@ -1100,7 +1107,8 @@ static dr_err broadcast_shm(struct call *c)
 		}
 		return err;
 	}
-	if ((err = direct_start(c, n, buf, &direct)) || direct) {
+	if ((err = direct_start(c, n * (size_t)(c->p - 1) <= ROOTED_DIRECT_MAX ? n : 0,
+				buf, &direct)) || direct) {
 		if (!err && !me)
 			err = cma_read(root, buf, 0, n);
 		return err ? err : phase(c);
@@ -1151,7 +1159,8 @@ static dr_err gather_shm(struct call *c, int root)
 		memcpy(own, in, n);
 		in = own;
 	}
-	if ((err = direct_start(c, n, in, &direct)) || direct) {
+	if ((err = direct_start(c, root < 0 || n * (size_t)(c->p - 1) <=
+				ROOTED_DIRECT_MAX ? n : 0, in, &direct)) || direct) {
 		for (int k = 1; !err && reads && k < c->p; k++) {
 			int i = (c->r + k) % c->p;
 
