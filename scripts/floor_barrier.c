@@ -10,7 +10,9 @@
  *
  *   floor_barrier N [ITERS]    prints "op=barrier n=N bytes=0 us=X"
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
