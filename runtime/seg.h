@@ -127,7 +127,8 @@ typedef struct {
 	/* Single copy (coll_shm.c), on down's line: the address in this
 	 * rank's memory of the buffer its current call's readers read with
 	 * process_vm_readv; of what the probe reads; what its probe found
-	 * (1: works and wins, 2: not). */
+	 * (bit 0: it read every other rank right, bit 1: one copy was the
+	 * faster, bit 2: its host's ranks outnumber its CPUs). */
 	uint64_t xaddr, probe_addr, probe_verdict;
 	uint64_t pad3_[4];
 	dri_seg_call call[DRI_SEG_CALLS];
