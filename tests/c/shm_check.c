@@ -111,9 +111,6 @@ static int mode_kill(size_t bytes, const char *coll)
 
 	if (!buf)
 		DIE("out of memory");
-	/* distrun stops the job at the first failure: the survivors stay
-	 * to tell what their call returned. */
-	signal(SIGTERM, SIG_IGN);
 	for (int it = 0;; it++) {
 		dr_err e;
 
@@ -512,6 +509,12 @@ int main(int argc, char **argv)
 	 * (the single-copy tests drop it). */
 	if (getenv("SHM_CHECK_NODUMP") && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 		DIE("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+	/* kill: distrun stops the job at the first failure, the survivors
+	 * stay to tell what their call returned.  From before init: a
+	 * writer of rooted calls does not wait, so the last rank may die
+	 * before a slow one has left init. */
+	if (!strcmp(mode, "kill"))
+		signal(SIGTERM, SIG_IGN);
 	TRY(dr_init_process_group(NULL, NULL));
 	rank = dr_get_rank();
 	size = dr_get_world_size();
