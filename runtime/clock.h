@@ -13,9 +13,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* CLOCK_MONOTONIC in milliseconds and in seconds: deadlines and
- * durations.  Never goes back, not even when the wall clock is set. */
+/* CLOCK_MONOTONIC in milliseconds, nanoseconds and seconds: deadlines
+ * and durations.  Never goes back, not even when the wall clock is set. */
 int64_t dri_now_ms(void);
+int64_t dri_now_ns(void);
 double dri_now_s(void);
 
 /* CLOCK_REALTIME in seconds since the epoch: only for times shown to

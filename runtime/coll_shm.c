@@ -214,22 +214,6 @@ struct call {
 	struct rec rec;        /* this call */
 };
 
-static int64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -255,7 +239,7 @@ static void configure(void)
 		S.spin_us = 0;
 	S.oversub = dri_shm_oversubscribed();
 	S.direct_mode = dri_shm_direct_mode();
-	S.direct = S.direct_mode > 0 ? 0 : -1;
+	S.direct = S.direct_mode == DRI_SHM_DIRECT_OFF ? -1 : 0;
 	S.crowded = 0;
 	S.chunk = dri_shm_slot_bytes();
 	S.sub_bytes = S.chunk >= SUB_HALF_MIN ? SUB_BYTES : 0;
@@ -448,7 +432,7 @@ static int spin_wait(struct call *c)
 		if (dri_shm_pending() || !S.spin_us)
 			return 0;
 		if (k % 16 == 15) {
-			int64_t t = now_us();
+			int64_t t = dri_now_ns() / 1000;
 
 			if (!end)
 				end = t + S.spin_us;
@@ -824,6 +808,26 @@ static dr_err cma_read(int peer, void *dst, size_t off, size_t n)
 			"%s", peer, strerror(e));
 }
 
+/* The single copy's reads: n bytes at offset off of every other rank's
+ * published buffer into out + i * n (from < 0), or of rank from's alone
+ * into out; each reader starts after itself, so that not every rank
+ * reads rank 0 first. */
+static dr_err direct_reads(const struct call *c, int from, char *out,
+			   size_t off, size_t n)
+{
+	dr_err err = DR_OK;
+
+	for (int k = 1; !err && k < c->p; k++) {
+		int i = (c->r + k) % c->p;
+
+		if (from < 0)
+			err = cma_read(i, out + (size_t)i * n, off, n);
+		else if (i == from)
+			err = cma_read(i, out, off, n);
+	}
+	return err;
+}
+
 /* Word j of what rank i's probe buffer holds at phase e: the readers
  * know it, so a read that reaches another process (another pid
  * namespace) or other memory is found out. */
@@ -862,26 +866,26 @@ static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 {
 	dri_seg_rank *me = dri_shm_blk(c->r);
 	char *tmp = dri_scratch_get(n);
-	int64_t t0 = now_ns(), in_ns, two = 0, one = 0;
+	int64_t t0 = dri_now_ns(), in_ns, two = 0, one = 0;
 	int works = tmp && buf, faster = 0;
 	dr_err err;
 
 	/* After phase e every rank is done with every slot (S.safe). */
 	if (buf)
 		memcpy(slot(c->r, 0), buf, n);
-	in_ns = now_ns() - t0;
+	in_ns = dri_now_ns() - t0;
 	if ((err = phase(c)))
 		goto out;
 	for (int k = 1; works && k < c->p; k++) {
 		int i = (c->r + k) % c->p;
 
-		t0 = now_ns();
+		t0 = dri_now_ns();
 		memcpy(tmp, slot(i, 0), n);
-		two += in_ns + now_ns() - t0;
+		two += in_ns + dri_now_ns() - t0;
 		works = probe_good(tmp, i, e, n);
-		t0 = now_ns();
+		t0 = dri_now_ns();
 		works = works && !cma_copy(i, tmp, peer_addr(i, 1), n);
-		one += now_ns() - t0;
+		one += dri_now_ns() - t0;
 		works = works && probe_good(tmp, i, e, n);
 	}
 	faster = one < two;
@@ -899,7 +903,8 @@ static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 		faster += (int)(v >> 1 & 1);
 		S.crowded |= (int)(v >> 2 & 1);
 	}
-	S.direct = works && (S.direct_mode == 2 || 2 * faster >= c->p) ? 1 : -1;
+	S.direct = works && (S.direct_mode == DRI_SHM_DIRECT_ON ||
+			     2 * faster >= c->p) ? 1 : -1;
 out:
 	dri_scratch_put(tmp);
 	free(buf);
@@ -1128,7 +1133,7 @@ static dr_err broadcast_shm(struct call *c)
 	if ((err = direct_start(c, n * (size_t)(c->p - 1) <= ROOTED_DIRECT_MAX ? n : 0,
 				BCAST_CROWDED_MIN, buf, &direct)) || direct) {
 		if (!err && !me)
-			err = cma_read(root, buf, 0, n);
+			err = direct_reads(c, root, buf, 0, n);
 		return err ? err : phase(c);
 	}
 	for (size_t a = 0; a < n && !err; a += chunk) {
@@ -1180,11 +1185,8 @@ static dr_err gather_shm(struct call *c, int root)
 	if ((err = direct_start(c, root < 0 || (n >= GATHER_DIRECT_MIN &&
 				n * (size_t)(c->p - 1) <= ROOTED_DIRECT_MAX) ? n : 0,
 				0, in, &direct)) || direct) {
-		for (int k = 1; !err && reads && k < c->p; k++) {
-			int i = (c->r + k) % c->p;
-
-			err = cma_read(i, out + (size_t)i * n, 0, n);
-		}
+		if (!err && reads)
+			err = direct_reads(c, -1, out, 0, n);
 		if (!err && reads && in != out + (size_t)c->r * n)
 			memcpy(out + (size_t)c->r * n, in, n);
 		dri_scratch_put(own);
@@ -1289,13 +1291,9 @@ static dr_err spread_shm(struct call *c, int all)
 		in = own;
 	}
 	if ((err = direct_start(c, n, 0, in, &direct)) || direct) {
-		for (int k = 1; !err && k < c->p; k++) {
-			int i = (c->r + k) % c->p;
-
-			if (all || i == root)
-				err = cma_read(i, out + (all ? (size_t)i * n : 0),
-					       (size_t)c->r * n, n);
-		}
+		if (!err && (all || c->r != root))
+			err = direct_reads(c, all ? -1 : root, out,
+					   (size_t)c->r * n, n);
 		if (!err && (all || c->r == root))
 			memmove(out + (all ? (size_t)c->r * n : 0),
 				in + (size_t)c->r * n, n);

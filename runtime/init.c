@@ -198,10 +198,9 @@ static dr_err same_vars_check(int64_t t)
 	dr_err err;
 
 	if (dri_rdzv_settings(mine, sizeof(mine)))
-		return dri_fail(DR_EENV, "DISTRUN_HIER, DISTRUN_PRETEND_HOSTS, "
-				"DISTRUN_SHM_COLL, DISTRUN_SHM_CHUNK, "
-				"DISTRUN_SHM_DIRECT: longer than %zu bytes in "
-				"all", sizeof(mine) - 1);
+		return dri_fail(DR_EENV, "%s and the other variables every rank "
+				"must share: longer than %zu bytes in all",
+				dri_rdzv_setting_vars[0], sizeof(mine) - 1);
 	if (I.rank == 0)
 		return dri_kv_set(&I.kv, "settings", mine, strlen(mine));
 	err = dri_kv_get(&I.kv, "settings", &val, &len, t);

@@ -144,11 +144,11 @@ int dri_shm_direct_mode(void)
 	const char *s = getenv("DISTRUN_SHM_DIRECT");
 
 	if (!s || !*s || !strcmp(s, "auto"))
-		return 1;
+		return DRI_SHM_DIRECT_AUTO;
 	if (!strcmp(s, "on") || !strcmp(s, "1"))
-		return 2;
+		return DRI_SHM_DIRECT_ON;
 	if (!strcmp(s, "off") || !strcmp(s, "0"))
-		return 0;
+		return DRI_SHM_DIRECT_OFF;
 	return -1;
 }
 

@@ -27,8 +27,9 @@ dr_err dri_shm_configure(const char *opt);
 /* Whether this rank may use shared memory (not DISTRUN_TRANSPORT=tcp). */
 int dri_shm_wanted(void);
 /* DISTRUN_SHM_DIRECT, single copy for large calls through the segment
- * (coll_shm.c): 0 off, 1 auto (unset), 2 on, -1 another value
+ * (coll_shm.c): one of these, or -1 for another value
  * (dri_shm_configure fails on it). */
+enum { DRI_SHM_DIRECT_OFF, DRI_SHM_DIRECT_AUTO, DRI_SHM_DIRECT_ON };
 int dri_shm_direct_mode(void);
 /* After dri_seg_attach: what this rank publishes with its address,
  * "|SEGID/HOST/LOCAL", or "" when it will not use shared memory (then

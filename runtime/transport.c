@@ -1682,10 +1682,7 @@ static int poll_once(int wait_ms)
 
 static int64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return dri_now_ns() / 1000;
 }
 
 /* Waits until the poller has done a round, or ms pass. */

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "distrun.h"
 
 struct bench {
@@ -48,13 +49,6 @@ static const struct bench table[] = {
 static int rank, world;
 static char *sbuf, *rbuf;
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static dr_err run_one(int b, size_t count)
 {
 	switch (b) {
@@ -69,12 +63,6 @@ static dr_err run_one(int b, size_t count)
 	case 7: return dr_gather(sbuf, rbuf, count, DR_FLOAT32, 0, NULL, NULL);
 	default: return dr_scatter(sbuf, rbuf, count, DR_FLOAT32, 0, NULL, NULL);
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 static void check(dr_err err, const char *what)

@@ -15,16 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "ctl.h"
-#include "ctl.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 int main(int argc, char **argv)
 {

@@ -19,22 +19,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "distrun.h"
 
 #define MAXITERS 200
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 static int iterations(size_t bytes)
 {

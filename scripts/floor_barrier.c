@@ -9,6 +9,10 @@
  * target below it reads as out of reach on this machine.
  *
  *   floor_barrier N [ITERS]    prints "op=barrier n=N bytes=0 us=X"
+ *   floor_barrier handoff      prints "op=handoff us=X": two processes
+ *                              pinned to one CPU pass a turn back and
+ *                              forth with sched_yield; X is one pass, the
+ *                              switch that ranks sharing a CPU pay
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -17,10 +21,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "bench_util.h"
 
 #define MAXP 64
 
@@ -29,19 +36,43 @@ struct shared {
 	double t[]; /* [iteration][process] */
 };
 
-static double now(void)
+/* Two processes on the CPU this one runs on take turns on a counter. */
+static int handoff(void)
 {
-	struct timespec ts;
+	const long n = 200000;
+	volatile long *w = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cpu_set_t one;
+	double t0;
+	pid_t c;
+	int me;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
+	if (w == MAP_FAILED) {
+		perror("floor_barrier: mmap");
+		return 1;
+	}
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+	if (sched_setaffinity(0, sizeof(one), &one)) {
+		perror("floor_barrier: sched_setaffinity");
+		return 1;
+	}
+	t0 = now_s();
+	if ((c = fork()) < 0) {
+		perror("floor_barrier: fork");
+		return 1;
+	}
+	me = c == 0;
+	for (long v; (v = *w) < n;) {
+		if ((v & 1) == me)
+			*w = v + 1;
+		sched_yield();
+	}
+	if (me)
+		_exit(0);
+	waitpid(c, NULL, 0);
+	printf("op=handoff us=%.2f\n", (now_s() - t0) / (double)n * 1e6);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -52,6 +83,8 @@ int main(int argc, char **argv)
 	cpu_set_t cpus;
 	double *m;
 
+	if (argc > 1 && !strcmp(argv[1], "handoff"))
+		return handoff();
 	if (p < 1 || p > MAXP || iters < 1) {
 		fprintf(stderr, "usage: floor_barrier N(1..%d) [ITERS]\n", MAXP);
 		return 2;
@@ -77,7 +110,7 @@ int main(int argc, char **argv)
 		}
 	}
 	for (uint64_t e = 1; e <= (uint64_t)iters; e++) {
-		double t0 = now();
+		double t0 = now_s();
 
 		__atomic_store_n(&s->flag[r].up, e, __ATOMIC_SEQ_CST);
 		for (int j = 0; j < p; j++)
@@ -89,7 +122,7 @@ int main(int argc, char **argv)
 					__builtin_ia32_pause();
 #endif
 			}
-		s->t[(e - 1) * (uint64_t)p + (uint64_t)r] = now() - t0;
+		s->t[(e - 1) * (uint64_t)p + (uint64_t)r] = now_s() - t0;
 	}
 	if (r)
 		return 0;
@@ -104,7 +137,7 @@ int main(int argc, char **argv)
 			if (s->t[i * p + j] > m[i])
 				m[i] = s->t[i * p + j];
 	}
-	qsort(m, (size_t)iters, sizeof(*m), cmp);
+	qsort(m, (size_t)iters, sizeof(*m), cmp_double);
 	printf("op=barrier n=%d bytes=0 us=%.2f iters=%ld\n", p,
 	       m[iters / 2] * 1e6, iters);
 	return 0;
