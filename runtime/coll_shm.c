@@ -52,9 +52,13 @@
  *   gather, scatter: rooted; in a tree one phase per chunk.
  *   reduce_scatter, all_gather, all_to_all, large reduce: the same
  *     pattern, one or two phases per chunk.
+ *   all_to_all_v (up to DRI_SEG_A2AV_MAX ranks): the counts first (every
+ *     rank's send and receive counts in its block, checked by every rank
+ *     at the first phase), then the single copy or rounds through the
+ *     slots, chosen from every rank's counts (a2av_shm).
  *
- * Single copy: a flat broadcast, all_gather, gather, scatter or
- *   all_to_all whose readers read at least DIRECT_MIN bytes of a rank
+ * Single copy: a flat broadcast, all_gather, gather, scatter,
+ *   all_to_all or all_to_all_v whose readers read at least DIRECT_MIN bytes of a rank
  *   (a broadcast or gather: at most ROOTED_DIRECT_MAX in all) skips the
  *   slots: every rank publishes the address of what is read of
  *   it (seg.h: xaddr), one phase (the call's check), each reader copies
@@ -191,6 +195,7 @@ static struct {
 	int64_t spin_us;
 	int direct_mode;       /* dri_shm_direct_mode() */
 	int direct;            /* single copy: 1 yes, -1 no, 0 not probed */
+	uint64_t a2av;         /* all_to_all_v calls through the flags */
 	int crowded;           /* the probe found a rank with more ranks
 				* than CPUs (the same on every rank) */
 	size_t chunk;          /* bytes of a half used per phase */
@@ -249,7 +254,7 @@ static void configure(void)
 	    (size_t)atoll(e) < S.chunk)
 		S.chunk = (size_t)atoll(e) / 64 * 64;
 	/* A new process group: every rank's flags start from 0 again. */
-	S.phase = S.ncall = S.safe = 0;
+	S.phase = S.ncall = S.safe = S.a2av = 0;
 	S.use = S.sub = 0;
 	memset(S.need, 0, sizeof(S.need));
 	memset(S.need_sub, 0, sizeof(S.need_sub));
@@ -793,16 +798,18 @@ static int cma_copy(int peer, void *dst, uint64_t src, size_t n)
 	return 0;
 }
 
-/* cma_copy of rank peer's published buffer at offset off, as an error:
- * the job's (a death, an abort) if it has one, else the failed read. */
-static dr_err cma_read(int peer, void *dst, size_t off, size_t n)
+/* cma_copy of rank peer's published buffer at offset off, as an error
+ * of call c: the job's (an abort a peer sent before it left, which the
+ * rings may hold still; a death) if it has one, else the failed read. */
+static dr_err cma_read(const struct call *c, int peer, void *dst, size_t off,
+		       size_t n)
 {
 	int e = cma_copy(peer, dst, peer_addr(peer, 0) + off, n);
 	dr_err err;
 
 	if (!e)
 		return DR_OK;
-	if ((err = dri_transport_check()))
+	if ((err = dri_transport_stale_check(&c->op->id)))
 		return err;
 	return dri_fail(DR_EPEER, "reading rank %d's buffer (process_vm_readv): "
 			"%s", peer, strerror(e));
@@ -821,9 +828,9 @@ static dr_err direct_reads(const struct call *c, int from, char *out,
 		int i = (c->r + k) % c->p;
 
 		if (from < 0)
-			err = cma_read(i, out + (size_t)i * n, off, n);
+			err = cma_read(c, i, out + (size_t)i * n, off, n);
 		else if (i == from)
-			err = cma_read(i, out, off, n);
+			err = cma_read(c, i, out, off, n);
 	}
 	return err;
 }
@@ -1334,6 +1341,155 @@ static dr_err spread_shm(struct call *c, int all)
 	return err;
 }
 
+/* Rank i's count of what it sends to (send: 1) or receives from rank j
+ * in the current all_to_all_v, as it published it (seg.h). */
+static uint64_t a2av_count(int i, int send, int j)
+{
+	return __atomic_load_n(&dri_shm_blk(i)->a2av_counts[S.a2av & 1]
+			       [(send ? 0 : DRI_SEG_A2AV_MAX) + j],
+			       __ATOMIC_RELAXED);
+}
+
+/* After an all_to_all_v's first phase: every rank's send counts against
+ * their receivers' receive counts, in the same order on every rank, so
+ * that every rank names the same first pair (sender, receiver), as a
+ * receiver of messages would: DR_EMISMATCH, the group aborted. */
+static dr_err a2av_check(const struct call *c)
+{
+	for (int j = 0; j < c->p; j++)
+		for (int i = 0; i < c->p; i++) {
+			uint64_t sent = a2av_count(i, 1, j), want = a2av_count(j, 0, i);
+			dri_msg_id a = c->op->id, b = c->op->id;
+			char why[768];
+			dr_err err;
+
+			if (sent == want)
+				continue;
+			if ((err = dri_transport_stale_check(&c->op->id)))
+				return err;
+			a.count = sent;
+			b.count = want;
+			dri_msg_mismatch(&b, 0, &a, 0, i, j, why, sizeof(why));
+			dri_transport_abort(DR_EMISMATCH, why);
+			return dri_fail(DR_EMISMATCH, "%s", why);
+		}
+	return DR_OK;
+}
+
+/* all_to_all_v (p <= DRI_SEG_A2AV_MAX): every rank publishes its send
+ * and receive counts (and, for the single copy, its sendbuf); one phase
+ * (the call's check, and a2av_check's).  Then every rank knows every
+ * piece and takes the same way: the single copy if one piece has
+ * DIRECT_MIN bytes or more and the probe allows it (each reads its
+ * pieces with process_vm_readv, one phase); else through the slots, in
+ * rounds as many as the largest piece needs: in each, a sender copies
+ * the next part of its piece for rank j into the j-th p-th of its slot,
+ * one phase, each receiver copies its parts out. */
+static dr_err a2av_shm(struct call *c)
+{
+	const dri_op *op = c->op;
+	int p = c->p, r = c->r, direct;
+	size_t es = dr_dtype_size(op->dtype), lim = SIZE_MAX / es;
+	size_t q = S.chunk / (size_t)p / 64 * 64, rounds = 0;
+	const size_t *sc = op->counts, *rc = op->counts + p;
+	size_t stot = 0, rtot = 0, big = 0, *soff, *roff, *src;
+	const char *in = op->sendbuf;
+	char *out = op->buf, *own = NULL;
+	uint64_t *pub = dri_shm_blk(r)->a2av_counts[++S.a2av & 1];
+	dr_err err = DR_OK;
+
+	if (!(soff = malloc(3 * (size_t)p * sizeof(*soff))))
+		return dri_fail(DR_ENOMEM, "all_to_all_v: out of memory");
+	roff = soff + p;
+	src = roff + p; /* where our piece starts in rank i's sendbuf */
+	for (int i = 0; i < p; i++) {
+		soff[i] = stot;
+		roff[i] = rtot;
+		stot += sc[i];
+		rtot += rc[i];
+		__atomic_store_n(&pub[i], (uint64_t)sc[i], __ATOMIC_RELAXED);
+		__atomic_store_n(&pub[DRI_SEG_A2AV_MAX + i], (uint64_t)rc[i],
+				 __ATOMIC_RELAXED);
+	}
+	if ((uintptr_t)in < (uintptr_t)out + rtot * es &&
+	    (uintptr_t)out < (uintptr_t)in + stot * es) {
+		/* sendbuf and recvbuf overlap: send from a copy */
+		if (!(own = dri_scratch_get(stot * es))) {
+			free(soff);
+			return DR_ENOMEM; /* dri_submit aborts the group */
+		}
+		memcpy(own, in, stot * es);
+		in = own;
+	}
+	/* The first phase: direct_start's (and its probe), or our own. */
+	if ((err = direct_start(c, S.direct < 0 ? 0 : DIRECT_MIN, 0, in,
+				&direct)) || (c->first && (err = phase(c))) ||
+	    (err = a2av_check(c)))
+		goto out;
+	for (int i = 0; i < p; i++) {
+		uint64_t off = 0;
+
+		/* i's numbers: bounded before they are used (i alone
+		 * checked their sum against its memory) */
+		for (int j = 0; j < p; j++) {
+			uint64_t v = a2av_count(i, 1, j);
+
+			if (j < r)
+				off = v > lim - off ? lim + 1 : off + v;
+			big = v > big ? v : big;
+		}
+		if (off > lim || rc[i] > lim - off) {
+			err = dri_fail(DR_EPEER, "rank %d's all_to_all_v send "
+				       "counts add up to more than memory", i);
+			dri_transport_abort(err, dr_last_error());
+			goto out;
+		}
+		src[i] = (size_t)off;
+	}
+	big = big > lim ? lim : big;
+	if (direct && big * es >= DIRECT_MIN) {
+		for (int k = 1; !err && k < p; k++) {
+			int i = (r + k) % p;
+
+			err = cma_read(c, i, out + roff[i] * es, src[i] * es,
+				       rc[i] * es);
+		}
+		if (!err) {
+			memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
+			/* nobody returns while its sendbuf is read */
+			err = phase(c);
+		}
+		goto out;
+	}
+	if (q)
+		rounds = (big * es + q - 1) / q;
+	for (size_t t = 0; t < rounds && !err; t++) {
+		size_t a = t * q;
+		int h;
+
+		if ((err = next_half(c, 1, &h)))
+			break;
+		for (int j = 0; j < p; j++)
+			if (j != r && sc[j] * es > a)
+				memcpy(slot(r, h) + (size_t)j * q,
+				       in + soff[j] * es + a,
+				       sc[j] * es - a < q ? sc[j] * es - a : q);
+		if ((err = phase(c)))
+			break;
+		for (int i = 0; i < p; i++)
+			if (i != r && rc[i] * es > a)
+				memcpy(out + roff[i] * es + a, slot(i, h) +
+				       (size_t)r * q,
+				       rc[i] * es - a < q ? rc[i] * es - a : q);
+	}
+	if (!err)
+		memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
+out:
+	free(soff);
+	dri_scratch_put(own);
+	return err;
+}
+
 /* ------------------------------------------------------------- entry */
 
 int dri_shm_coll(dri_op *op, dr_err *err)
@@ -1356,6 +1512,10 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	case DRI_SCATTER:
 	case DRI_REDUCE_SCATTER:
 	case DRI_ALL_TO_ALL:
+		break;
+	case DRI_ALL_TO_ALL_V:
+		if (g->size > DRI_SHM_FLAT_MAX || g->size > DRI_SEG_A2AV_MAX)
+			return 0;
 		break;
 	default:
 		return 0;
@@ -1405,6 +1565,9 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 		break;
 	case DRI_REDUCE_SCATTER:
 		*err = reduce_scatter_shm(&c);
+		break;
+	case DRI_ALL_TO_ALL_V:
+		*err = a2av_shm(&c);
 		break;
 	default:
 		*err = spread_shm(&c, 1);

@@ -35,7 +35,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 5
+#define DRI_SEG_VERSION 6
 /* The environment variable that names the inherited segment's fd. */
 #define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
@@ -84,6 +84,8 @@ typedef struct {
 /* A call of the world through the segment's flags, as its rank
  * published it (coll_shm.c); each rank keeps its last DRI_SEG_CALLS. */
 #define DRI_SEG_CALLS 16
+/* Most ranks of an all_to_all_v through the segment (coll_shm.c). */
+#define DRI_SEG_A2AV_MAX 16
 typedef struct {
 	uint64_t seq;              /* the call's seq + 1; 0: none */
 	uint64_t phase;            /* its first phase */
@@ -131,6 +133,14 @@ typedef struct {
 	 * faster, bit 2: its host's ranks outnumber its CPUs). */
 	uint64_t xaddr, probe_addr, probe_verdict;
 	uint64_t pad3_[4];
+	/* An all_to_all_v through the segment (coll_shm.c, up to
+	 * DRI_SEG_A2AV_MAX ranks): its send counts, then its receive
+	 * counts, one per rank, in [n & 1] for the rank's n-th such call.
+	 * Written before the call's first phase; every rank checks them
+	 * all there, and a reader finds its piece from them.  [n & 1] is
+	 * written again at call n + 2, whose writer is then past call
+	 * n + 1's first phase, so every reader is done with call n. */
+	uint64_t a2av_counts[2][2 * DRI_SEG_A2AV_MAX];
 	dri_seg_call call[DRI_SEG_CALLS];
 	uint64_t ready[];          /* nranks bits */
 } dri_seg_rank;

@@ -43,11 +43,13 @@ static const struct bench table[] = {
 	{ "all_to_all", 1, 1 },
 	{ "gather", 1, 1 },
 	{ "scatter", 1, 1 },
+	{ "all_to_all_v", 1, 1 }, /* even splits: all_to_all's data */
 };
 #define NBENCH (sizeof(table) / sizeof(table[0]))
 
 static int rank, world;
 static char *sbuf, *rbuf;
+static size_t *splits; /* all_to_all_v's counts, world of them */
 
 static dr_err run_one(int b, size_t count)
 {
@@ -61,7 +63,12 @@ static dr_err run_one(int b, size_t count)
 					 NULL, NULL);
 	case 6: return dr_all_to_all(sbuf, rbuf, count, DR_FLOAT32, NULL, NULL);
 	case 7: return dr_gather(sbuf, rbuf, count, DR_FLOAT32, 0, NULL, NULL);
-	default: return dr_scatter(sbuf, rbuf, count, DR_FLOAT32, 0, NULL, NULL);
+	case 8: return dr_scatter(sbuf, rbuf, count, DR_FLOAT32, 0, NULL, NULL);
+	default:
+		for (int i = 0; i < world; i++)
+			splits[i] = count;
+		return dr_all_to_all_v(sbuf, splits, rbuf, splits, DR_FLOAT32,
+				       NULL, NULL);
 	}
 }
 
@@ -155,7 +162,8 @@ int main(int argc, char **argv)
 	world = dr_get_world_size();
 	sbuf = calloc(maxb / 4 + (size_t)world, 4);
 	rbuf = calloc(maxb / 4 + (size_t)world, 4);
-	if (!sbuf || !rbuf)
+	splits = calloc((size_t)world, sizeof(*splits));
+	if (!sbuf || !rbuf || !splits)
 		return 1;
 	for (size_t b = 0; b < NBENCH; b++) {
 		char pat[64];

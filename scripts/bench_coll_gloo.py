@@ -34,12 +34,13 @@ TABLE = [
     ("all_to_all", (n - 1) / n, True),
     ("gather", (n - 1) / n, True),
     ("scatter", (n - 1) / n, True),
+    ("all_to_all_v", (n - 1) / n, True),  # even splits
 ]
 
 
 def make(name, count):
     """A closure running one call of `name` on count elements per piece."""
-    x = torch.ones(count * (n if name in ("reduce_scatter", "all_to_all") else 1))
+    x = torch.ones(count * (n if name in ("reduce_scatter", "all_to_all", "all_to_all_v") else 1))
     if name == "barrier":
         return dist.barrier
     if name == "all_reduce":
@@ -57,6 +58,10 @@ def make(name, count):
     if name == "all_to_all":
         out = torch.empty(count * n)
         return lambda: dist.all_to_all_single(out, x)
+    if name == "all_to_all_v":
+        out = torch.empty(count * n)
+        splits = [count] * n
+        return lambda: dist.all_to_all_single(out, x, splits, splits)
     if name == "gather":
         outs = [torch.empty(count) for _ in range(n)] if rank == 0 else None
         return lambda: dist.gather(x, outs, dst=0)

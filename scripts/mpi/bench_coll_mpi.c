@@ -21,12 +21,13 @@ static const struct {
 	{ "broadcast", -1, 0 },   { "reduce", -1, 0 },
 	{ "all_gather", 1, 1 },   { "reduce_scatter", 1, 1 },
 	{ "all_to_all", 1, 1 },   { "gather", 1, 1 },
-	{ "scatter", 1, 1 },
+	{ "scatter", 1, 1 },      { "all_to_all_v", 1, 1 },
 };
 #define NBENCH (int)(sizeof(table) / sizeof(table[0]))
 
 static int rank, world;
 static float *sbuf, *rbuf;
+static int *counts, *displs; /* MPI_Alltoallv's: even splits */
 
 static void run_one(int b, int count)
 {
@@ -39,7 +40,15 @@ static void run_one(int b, int count)
 	case 5: MPI_Reduce_scatter_block(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
 	case 6: MPI_Alltoall(sbuf, count, MPI_FLOAT, rbuf, count, MPI_FLOAT, MPI_COMM_WORLD); break;
 	case 7: MPI_Gather(sbuf, count, MPI_FLOAT, rbuf, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
-	default: MPI_Scatter(sbuf, count, MPI_FLOAT, rbuf, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+	case 8: MPI_Scatter(sbuf, count, MPI_FLOAT, rbuf, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+	default:
+		for (int i = 0; i < world; i++) {
+			counts[i] = count;
+			displs[i] = i * count;
+		}
+		MPI_Alltoallv(sbuf, counts, displs, MPI_FLOAT, rbuf, counts, displs,
+			      MPI_FLOAT, MPI_COMM_WORLD);
+		break;
 	}
 }
 
@@ -112,6 +121,10 @@ int main(int argc, char **argv)
 	}
 	sbuf = calloc(maxb / 4 + (size_t)world, 4);
 	rbuf = calloc(maxb / 4 + (size_t)world, 4);
+	counts = calloc((size_t)world, sizeof(*counts));
+	displs = calloc((size_t)world, sizeof(*displs));
+	if (!sbuf || !rbuf || !counts || !displs)
+		MPI_Abort(MPI_COMM_WORLD, 1);
 	for (int b = 0; b < NBENCH; b++) {
 		char pat[64], list[1024];
 		snprintf(pat, sizeof(pat), ",%s,", table[b].name);

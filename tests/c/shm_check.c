@@ -8,7 +8,7 @@
  *                 and that the API refuses slots out of range
  *   kill BYTES [COLL]
  *                 all_reduce (or COLL: broadcast, reduce, all_gather,
- *                 barrier) of
+ *                 all_to_all_v, barrier) of
  *                 BYTES bytes (float32) in a loop; after
  *                 three rounds the last rank SIGKILLs itself at the start
  *                 of the fourth; the others print the error they get
@@ -28,17 +28,24 @@
  *                 taken in: each rank checks every element bit for bit
  *                 against the sum in rank order (0, 1, ... p-1) it
  *                 computes itself, and the data collectives against the
- *                 values sent; prints "rank R: exact ok"
+ *                 values sent (all_to_all_v with pieces of 0, n/2 and n
+ *                 elements, by sender and receiver); prints
+ *                 "rank R: exact ok"
+ *   a2av MAX      only all_to_all_v, as exact runs it, at sizes up to MAX
+ *                 bytes per rank; prints "rank R: a2av ok"
  *   differ KIND   rank size/2 calls something else than the others'
  *                 all_reduce(count=8): KIND count (count 9), or msgs
- *                 (all_to_all_v, which goes as messages); or than their
+ *                 (monitored_barrier, which goes as messages); or than their
  *                 broadcast(count=8, root=0), a rooted call that may
  *                 return before the others have seen it: KIND root
  *                 (it takes itself for the root), bcount (count 9),
  *                 reduce (a reduce to rank 0), or swap (every rank r
  *                 broadcasts from rank r + 1: all wait); or KIND big:
  *                 an all_gather of 16385 floats a rank against the
- *                 others' 16384 (single copy); then up to 3
+ *                 others' 16384 (single copy); or KIND a2av, a2av_big:
+ *                 an all_to_all_v in which rank size/2 sends rank 0 one
+ *                 element more than rank 0 expects (4, or 16384 floats a
+ *                 piece: the slots, the single copy); then up to 3
  *                 barriers; every rank prints the first error it gets
  *                 and exits 0 on DR_EMISMATCH
  *   rooted ITERS  ITERS rounds of a broadcast, a reduce, a gather and a
@@ -128,7 +135,16 @@ static int mode_kill(size_t bytes, const char *coll)
 					  NULL, NULL);
 		else if (!strcmp(coll, "barrier"))
 			e = dr_barrier(NULL, NULL, NULL, 0);
-		else
+		else if (!strcmp(coll, "all_to_all_v")) {
+			size_t piece[2 * 64];
+
+			if (size > 64)
+				DIE("all_to_all_v kill runs on at most 64 ranks");
+			for (int i = 0; i < 2 * size; i++)
+				piece[i] = count / (size_t)size;
+			e = dr_all_to_all_v(buf, piece, buf + count, piece + size,
+					    DR_FLOAT32, NULL, NULL);
+		} else
 			e = dr_all_reduce(buf, count, DR_FLOAT32, DR_SUM, NULL,
 					  NULL);
 		if (e) {
@@ -238,6 +254,45 @@ static float want_val(size_t i, void *arg)
 	return val(f->r, f->off + i);
 }
 
+/* all_to_all_v's piece from rank i to rank j: 0, n/2 or n elements */
+static size_t a2av_piece(int i, int j, size_t n)
+{
+	return n * (size_t)((i + 2 * j) % 3) / 2;
+}
+
+/* An all_to_all_v of uneven pieces (a2av_piece) of a (at least n * size
+ * floats) into b, every piece checked; DR_OK or the call's error. */
+static dr_err a2av_uneven(float *a, float *b, size_t n)
+{
+	size_t *sc = calloc(2 * (size_t)size, sizeof(size_t)), *rc = sc + size;
+	size_t got = 0;
+	dr_err err;
+
+	if (!sc)
+		DIE("out of memory");
+	for (int j = 0; j < size; j++) {
+		sc[j] = a2av_piece(rank, j, n);
+		rc[j] = a2av_piece(j, rank, n);
+	}
+	for (size_t i = 0; i < n * (size_t)size; i++)
+		a[i] = val(rank, i);
+	if ((err = dr_all_to_all_v(a, sc, b, rc, DR_FLOAT32, NULL, NULL))) {
+		free(sc);
+		return err;
+	}
+	for (int i = 0; i < size; i++) {
+		size_t src = 0;
+
+		for (int j = 0; j < rank; j++)
+			src += a2av_piece(i, j, n);
+		expect("all_to_all_v", rc[i], b + got, want_val,
+		       &(struct from){ i, src });
+		got += rc[i];
+	}
+	free(sc);
+	return DR_OK;
+}
+
 static int mode_exact(size_t max)
 {
 	size_t counts[] = { 1, 2, 7, 100, 1000, 4099, 65536, 300001, 4u << 20 };
@@ -298,9 +353,26 @@ static int mode_exact(size_t max)
 		for (int r = 0; r < size; r++)
 			expect("all_to_all", n, b + (size_t)r * n, want_val,
 			       &(struct from){ r, (size_t)rank * n });
+		TRY(a2av_uneven(a, b, n));
 		TRY(dr_barrier(NULL, NULL, NULL, 0));
 	}
 	printf("rank %d: exact ok\n", rank);
+	free(a);
+	free(b);
+	return 0;
+}
+
+static int mode_a2av(size_t max)
+{
+	size_t counts[] = { 1, 7, 1000, 65536, 300001, 4u << 20 };
+	float *a = malloc(max * (size_t)size + 64), *b = malloc(max * (size_t)size + 64);
+
+	if (!a || !b)
+		DIE("out of memory");
+	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+		if (counts[k] * 4 <= max)
+			TRY(a2av_uneven(a, b, counts[k]));
+	printf("rank %d: a2av ok\n", rank);
 	free(a);
 	free(b);
 	return 0;
@@ -322,7 +394,8 @@ static int mode_differ(const char *kind)
 	 * one reports it here. */
 	e = dr_barrier(NULL, NULL, NULL, 0);
 	if (!e && strcmp(kind, "count") && strcmp(kind, "msgs") &&
-	    strcmp(kind, "tiny") && strcmp(kind, "big")) {
+	    strcmp(kind, "tiny") && strcmp(kind, "big") &&
+	    strncmp(kind, "a2av", 4)) {
 		/* rooted: the error may come at a later call */
 		int odd = rank == size / 2;
 
@@ -350,6 +423,20 @@ static int mode_differ(const char *kind)
 		if (!a)
 			DIE("out of memory");
 		e = dr_all_gather(a, a + n, n, DR_FLOAT32, NULL, NULL);
+	} else if (!strncmp(kind, "a2av", 4)) {
+		/* rank size/2 sends rank 0 one element more than it expects */
+		size_t n = strcmp(kind, "a2av_big") ? 4 : 16384;
+		size_t sc[32], rc[32];
+		float *a = calloc((n + 1) * (size_t)size * 2, sizeof(float));
+
+		if (!a)
+			DIE("out of memory");
+		for (int j = 0; j < size; j++)
+			sc[j] = rc[j] = n;
+		if (rank == size / 2 && rank)
+			sc[0] = n + 1;
+		e = dr_all_to_all_v(a, sc, a + (n + 1) * (size_t)size, rc,
+				    DR_FLOAT32, NULL, NULL);
 	} else if (!strcmp(kind, "tiny")) /* 8 B against 4 B: on up's line */
 		e = dr_all_reduce(buf, rank == size / 2 ? 1 : 2, DR_FLOAT32,
 				  DR_SUM, NULL, NULL);
@@ -358,8 +445,7 @@ static int mode_differ(const char *kind)
 	else if (!strcmp(kind, "count"))
 		e = dr_all_reduce(buf, 9, DR_FLOAT32, DR_SUM, NULL, NULL);
 	else if (!strcmp(kind, "msgs"))
-		e = dr_all_to_all_v(buf, counts, buf + 8, counts + size,
-				    DR_FLOAT32, NULL, NULL);
+		e = dr_monitored_barrier(NULL, 0, 0);
 	printf("rank %d: %s: %s\n", rank, dr_err_name(e), dr_last_error());
 	fflush(stdout);
 	_exit(e == DR_EMISMATCH ? 0 : 1);
@@ -529,6 +615,8 @@ int main(int argc, char **argv)
 		rc = mode_late(atoi(argv[2]));
 	else if (!strcmp(mode, "exact") && argc > 2)
 		rc = mode_exact((size_t)strtoull(argv[2], NULL, 0));
+	else if (!strcmp(mode, "a2av") && argc > 2)
+		rc = mode_a2av((size_t)strtoull(argv[2], NULL, 0));
 	else if (!strcmp(mode, "rooted") && argc > 2)
 		rc = mode_rooted(atoi(argv[2]));
 	else if (!strcmp(mode, "leave") && argc > 2)
