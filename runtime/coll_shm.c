@@ -1388,8 +1388,9 @@ static dr_err a2av_check(const struct call *c)
 static dr_err a2av_shm(struct call *c)
 {
 	const dri_op *op = c->op;
-	int p = c->p, r = c->r, direct;
+	int p = c->p, r = c->r, direct, pre, h0 = 0;
 	size_t es = dr_dtype_size(op->dtype), lim = SIZE_MAX / es;
+	/* a sender's part for each rank in a round (S.chunk >= 4096) */
 	size_t q = S.chunk / (size_t)p / 64 * 64, rounds = 0;
 	const size_t *sc = op->counts, *rc = op->counts + p;
 	size_t stot = 0, rtot = 0, big = 0, *soff, *roff, *src;
@@ -1421,6 +1422,23 @@ static dr_err a2av_shm(struct call *c)
 		memcpy(own, in, stot * es);
 		in = own;
 	}
+	/* Our pieces into a half now, if they could all go in one round:
+	 * if every rank's can, the first phase is the only one (every rank
+	 * takes the half alike; not while the probe, which writes a slot,
+	 * is still to come). */
+	if ((pre = S.direct != 0)) {
+		size_t most = 0;
+
+		for (int j = 0; j < p; j++)
+			most = j != r && sc[j] * es > most ? sc[j] * es : most;
+		if ((err = next_half(c, 1, &h0)))
+			goto out;
+		if (most <= q && (S.direct < 0 || most < DIRECT_MIN))
+			for (int j = 0; j < p; j++)
+				if (j != r)
+					memcpy(slot(r, h0) + (size_t)j * q,
+					       in + soff[j] * es, sc[j] * es);
+	}
 	/* The first phase: direct_start's (and its probe), or our own. */
 	if ((err = direct_start(c, S.direct < 0 ? 0 : DIRECT_MIN, 0, in,
 				&direct)) || (c->first && (err = phase(c))) ||
@@ -1436,7 +1454,8 @@ static dr_err a2av_shm(struct call *c)
 
 			if (j < r)
 				off = v > lim - off ? lim + 1 : off + v;
-			big = v > big ? v : big;
+			if (j != i) /* (its own piece stays at home) */
+				big = v > big ? v : big;
 		}
 		if (off > lim || rc[i] > lim - off) {
 			err = dri_fail(DR_EPEER, "rank %d's all_to_all_v send "
@@ -1459,6 +1478,15 @@ static dr_err a2av_shm(struct call *c)
 			/* nobody returns while its sendbuf is read */
 			err = phase(c);
 		}
+		goto out;
+	}
+	if (pre && big * es <= q) {
+		/* one round, written before the first phase */
+		for (int i = 0; i < p; i++)
+			if (i != r)
+				memcpy(out + roff[i] * es, slot(i, h0) +
+				       (size_t)r * q, rc[i] * es);
+		memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
 		goto out;
 	}
 	if (q)
