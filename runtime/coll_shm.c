@@ -58,11 +58,11 @@
  *     slots, chosen from every rank's counts (a2av_shm).
  *
  * Single copy: a flat broadcast, all_gather, gather, scatter,
- *   all_to_all or all_to_all_v whose readers read at least DIRECT_MIN bytes of a rank
- *   (a broadcast or gather: at most ROOTED_DIRECT_MAX in all) skips the
- *   slots: every rank publishes the address of what is read of
- *   it (seg.h: xaddr), one phase (the call's check), each reader copies
- *   straight from the others' buffers into its own with
+ *   all_to_all or all_to_all_v whose readers read at least DIRECT_MIN
+ *   bytes of a rank (a broadcast or gather: at most ROOTED_DIRECT_MAX in
+ *   all) skips the slots: every rank publishes the address of what is
+ *   read of it (seg.h: xaddr), one phase (the call's check), each reader
+ *   copies straight from the others' buffers into its own with
  *   process_vm_readv, one phase (nobody returns while its buffer is
  *   read).  One copy instead of two, and no chunks.  The first such call
  *   of a process group probes first (probe_direct): it goes this way
@@ -1358,7 +1358,8 @@ static dr_err a2av_check(const struct call *c)
 {
 	for (int j = 0; j < c->p; j++)
 		for (int i = 0; i < c->p; i++) {
-			uint64_t sent = a2av_count(i, 1, j), want = a2av_count(j, 0, i);
+			uint64_t sent = a2av_count(i, 1, j);
+			uint64_t want = a2av_count(j, 0, i);
 			dri_msg_id a = c->op->id, b = c->op->id;
 			char why[768];
 			dr_err err;
@@ -1466,6 +1467,8 @@ static dr_err a2av_shm(struct call *c)
 		src[i] = (size_t)off;
 	}
 	big = big > lim ? lim : big;
+	/* our own piece (from a copy if the buffers overlap) */
+	memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
 	if (direct && big * es >= DIRECT_MIN) {
 		for (int k = 1; !err && k < p; k++) {
 			int i = (r + k) % p;
@@ -1473,11 +1476,9 @@ static dr_err a2av_shm(struct call *c)
 			err = cma_read(c, i, out + roff[i] * es, src[i] * es,
 				       rc[i] * es);
 		}
-		if (!err) {
-			memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
-			/* nobody returns while its sendbuf is read */
+		/* nobody returns while its sendbuf is read */
+		if (!err)
 			err = phase(c);
-		}
 		goto out;
 	}
 	if (pre && big * es <= q) {
@@ -1486,7 +1487,6 @@ static dr_err a2av_shm(struct call *c)
 			if (i != r)
 				memcpy(out + roff[i] * es, slot(i, h0) +
 				       (size_t)r * q, rc[i] * es);
-		memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
 		goto out;
 	}
 	if (q)
@@ -1510,8 +1510,6 @@ static dr_err a2av_shm(struct call *c)
 				       (size_t)r * q,
 				       rc[i] * es - a < q ? rc[i] * es - a : q);
 	}
-	if (!err)
-		memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
 out:
 	free(soff);
 	dri_scratch_put(own);
