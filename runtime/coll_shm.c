@@ -1394,16 +1394,16 @@ static dr_err a2av_shm(struct call *c)
 	/* a sender's part for each rank in a round (S.chunk >= 4096) */
 	size_t q = S.chunk / (size_t)p / 64 * 64, rounds = 0;
 	const size_t *sc = op->counts, *rc = op->counts + p;
-	size_t stot = 0, rtot = 0, big = 0, *soff, *roff, *src;
+	size_t stot = 0, rtot = 0, big = 0;
+	/* per rank: where its piece starts in our sendbuf and recvbuf, and
+	 * where our piece starts in its sendbuf */
+	size_t soff[DRI_SEG_A2AV_MAX], roff[DRI_SEG_A2AV_MAX];
+	size_t src[DRI_SEG_A2AV_MAX];
 	const char *in = op->sendbuf;
 	char *out = op->buf, *own = NULL;
 	uint64_t *pub = dri_shm_blk(r)->a2av_counts[++S.a2av & 1];
 	dr_err err = DR_OK;
 
-	if (!(soff = malloc(3 * (size_t)p * sizeof(*soff))))
-		return dri_fail(DR_ENOMEM, "all_to_all_v: out of memory");
-	roff = soff + p;
-	src = roff + p; /* where our piece starts in rank i's sendbuf */
 	for (int i = 0; i < p; i++) {
 		soff[i] = stot;
 		roff[i] = rtot;
@@ -1416,10 +1416,8 @@ static dr_err a2av_shm(struct call *c)
 	if ((uintptr_t)in < (uintptr_t)out + rtot * es &&
 	    (uintptr_t)out < (uintptr_t)in + stot * es) {
 		/* sendbuf and recvbuf overlap: send from a copy */
-		if (!(own = dri_scratch_get(stot * es))) {
-			free(soff);
+		if (!(own = dri_scratch_get(stot * es)))
 			return DR_ENOMEM; /* dri_submit aborts the group */
-		}
 		memcpy(own, in, stot * es);
 		in = own;
 	}
@@ -1511,7 +1509,6 @@ static dr_err a2av_shm(struct call *c)
 				       rc[i] * es - a < q ? rc[i] * es - a : q);
 	}
 out:
-	free(soff);
 	dri_scratch_put(own);
 	return err;
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../bench_util.h"
+
 static const struct {
 	const char *name;
 	double factor2; /* as bench_coll.c: -1 means 1 */
@@ -50,12 +52,6 @@ static void run_one(int b, int count)
 			      MPI_FLOAT, MPI_COMM_WORLD);
 		break;
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 static void bench(int b, size_t bytes, double budget_s)
