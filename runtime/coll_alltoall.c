@@ -20,6 +20,7 @@
 
 #include "coll.h"
 #include "coll_shm.h"
+#include "copy.h"
 
 /* Copies n bytes (no overlap) a MiB at a time, moving the network along
  * in between: a 32 MiB piece copied in one go would leave the sockets full
@@ -30,7 +31,7 @@ static void copy_progressing(char *dst, const char *src, size_t n)
 	const size_t chunk = (size_t)1 << 20;
 
 	for (size_t o = 0; o < n; o += chunk) {
-		memcpy(dst + o, src + o, n - o < chunk ? n - o : chunk);
+		dri_copy(dst + o, src + o, n - o < chunk ? n - o : chunk);
 		if (n - o > chunk)
 			dri_transport_progress(0);
 	}
@@ -67,7 +68,7 @@ static dr_err all_to_all_run(dri_op *op)
 		in = copy = dri_scratch_get(soff[p] * es);
 		if (!copy)
 			goto out;
-		memcpy(copy, op->sendbuf, soff[p] * es);
+		dri_copy(copy, op->sendbuf, soff[p] * es);
 	}
 	/* Large pieces go one step at a time, as Open MPI's pairwise
 	 * exchange does: with every step in flight, a 64 MiB all_to_all on

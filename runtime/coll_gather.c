@@ -17,6 +17,7 @@
 #include "coll.h"
 #include "coll_hier.h"
 #include "coll_shm.h"
+#include "copy.h"
 
 static dr_err all_gather_rd(const dri_op *op, char *out, size_t blk)
 {
@@ -45,7 +46,7 @@ static dr_err all_gather_bruck(const dri_op *op, char *out, size_t blk)
 
 	if (!tmp)
 		goto out;
-	memcpy(tmp, out + (size_t)r * blk, blk);
+	dri_copy(tmp, out + (size_t)r * blk, blk);
 	for (int d = 1; d < p; d <<= 1) {
 		size_t nb = (size_t)dri_bruck_n(d, p) * blk;
 
@@ -56,8 +57,8 @@ static dr_err all_gather_bruck(const dri_op *op, char *out, size_t blk)
 			goto out;
 	}
 	/* Slot i holds block r + i: two contiguous runs. */
-	memcpy(out + (size_t)r * blk, tmp, (size_t)(p - r) * blk);
-	memcpy(out, tmp + (size_t)(p - r) * blk, (size_t)r * blk);
+	dri_copy(out + (size_t)r * blk, tmp, (size_t)(p - r) * blk);
+	dri_copy(out, tmp + (size_t)(p - r) * blk, (size_t)r * blk);
 	err = DR_OK;
 out:
 	dri_scratch_put(tmp);
@@ -160,7 +161,7 @@ static dr_err gather_tree(const dri_op *op, int root, size_t blk)
 	tmp = dri_scratch_get((size_t)span * blk);
 	if (!tmp)
 		return DR_ENOMEM;
-	memcpy(tmp, op->sendbuf, blk);
+	dri_copy(tmp, op->sendbuf, blk);
 	for (int m = 1; m < dri_binom_limit(vr, p) && vr + m < p; m <<= 1) {
 		int child = vr + m;
 
@@ -177,8 +178,9 @@ static dr_err gather_tree(const dri_op *op, int root, size_t blk)
 		goto out;
 	}
 	/* Slot j holds relative rank j, i.e. group rank root + j. */
-	memcpy((char *)op->buf + (size_t)root * blk, tmp, (size_t)(p - root) * blk);
-	memcpy(op->buf, tmp + (size_t)(p - root) * blk, (size_t)root * blk);
+	dri_copy((char *)op->buf + (size_t)root * blk, tmp,
+		 (size_t)(p - root) * blk);
+	dri_copy(op->buf, tmp + (size_t)(p - root) * blk, (size_t)root * blk);
 out:
 	dri_scratch_put(tmp);
 	return err;

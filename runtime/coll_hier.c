@@ -42,6 +42,7 @@
 
 #include "coll.h"
 #include "coll_hier.h"
+#include "copy.h"
 #include "shm.h"
 
 enum { HIER_AUTO, HIER_ON, HIER_OFF, HIER_BAD };
@@ -312,7 +313,8 @@ static dr_err gather_leaders(const dri_op *op, const hier_plan *h, int me,
 		int w = dri_peer(g, i);
 
 		if (w == me)
-			memcpy(pack + (size_t)slot[i] * blk, op->sendbuf, blk);
+			dri_copy(pack + (size_t)slot[i] * blk, op->sendbuf,
+				 blk);
 		else if (dri_shm_host_of(w) == dri_shm_host_of(me) &&
 			 !(err = dri_irecv(&reqs[k], &op->id, w,
 					   pack + (size_t)slot[i] * blk, blk)))
@@ -339,8 +341,8 @@ static dr_err gather_leaders(const dri_op *op, const hier_plan *h, int me,
 	}
 	err = dri_coll_wait(reqs, k, err);
 	for (int i = 0; i < p && !err; i++)
-		memcpy((char *)op->buf + (size_t)i * blk,
-		       pack + (size_t)slot[i] * blk, blk);
+		dri_copy((char *)op->buf + (size_t)i * blk,
+			 pack + (size_t)slot[i] * blk, blk);
 	free(reqs);
 	return err;
 }

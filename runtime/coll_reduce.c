@@ -16,6 +16,7 @@
 #include "coll.h"
 #include "coll_shm.h"
 #include "coll_hier.h"
+#include "copy.h"
 
 static dr_err reduce_tree(const dri_op *op, int root)
 {
@@ -29,7 +30,7 @@ static dr_err reduce_tree(const dri_op *op, int root)
 	if (!acc || !tmp)
 		goto out;
 	if (vr)
-		memcpy(acc, op->buf, n);
+		dri_copy(acc, op->buf, n);
 	for (int m = 1; m < dri_binom_limit(vr, p) && vr + m < p; m <<= 1) {
 		int child = dri_mod(vr + m + root, p);
 
@@ -92,7 +93,7 @@ static dr_err reduce_large(const dri_op *op, int root)
 	}
 	err = dri_coll_wait(reqs, nreq, err);
 	if (!err)
-		memcpy(buf + off[r] * es, mine, (off[r + 1] - off[r]) * es);
+		dri_copy(buf + off[r] * es, mine, (off[r + 1] - off[r]) * es);
 out:
 	dri_scratch_put(mine);
 	free(reqs);

@@ -15,6 +15,7 @@
 
 #include "coll.h"
 #include "coll_shm.h"
+#include "copy.h"
 
 static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
 			 char *out)
@@ -28,7 +29,7 @@ static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
 
 	if (!acc || !tmp)
 		goto out;
-	memcpy(acc, in, off[p] * es);
+	dri_copy(acc, in, off[p] * es);
 	for (int d = p / 2; d >= 1; d /= 2) {
 		int partner = r ^ d;
 		int ks = dri_rh_keep(r, d), ss = dri_rh_keep(partner, d);
@@ -44,7 +45,7 @@ static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
 		if (err)
 			goto out;
 	}
-	memcpy(out, acc + off[r] * es, (off[r + 1] - off[r]) * es);
+	dri_copy(out, acc + off[r] * es, (off[r + 1] - off[r]) * es);
 	err = DR_OK;
 out:
 	dri_scratch_put(acc);
@@ -86,7 +87,7 @@ static dr_err rs_pairwise(const dri_op *op, const char *in, const size_t *off,
 	if (err)
 		goto out;
 	/* our own contribution, while step 1's bytes travel */
-	memcpy(out, in + off[r] * es, mine);
+	dri_copy(out, in + off[r] * es, mine);
 	for (int k = 1; k < p; k++) {
 		dri_req *cur = &reqs[(k % 2) * 2];
 		char *slot = tmp + (size_t)(k % 2) * mine;
@@ -119,7 +120,7 @@ dr_err dri_reduce_scatter_blocks(const dri_op *op, const void *in,
 	size_t es = dr_dtype_size(op->dtype);
 
 	if (p == 1) {
-		memcpy(out, in, off[1] * es);
+		dri_copy(out, in, off[1] * es);
 		return DR_OK;
 	}
 	if (dri_is_pow2(p) && off[p] * es <= DRI_COLL_SMALL_BYTES)
@@ -155,7 +156,7 @@ static dr_err reduce_scatter_run(dri_op *op)
 		goto out;
 	dri_reduce_finish(out, op->count, op->dtype, op->redop, p);
 	if (own)
-		memcpy(op->buf, own, n);
+		dri_copy(op->buf, own, n);
 out:
 	dri_scratch_put(own);
 	free(off);

@@ -12,6 +12,7 @@
 
 #include "coll.h"
 #include "coll_shm.h"
+#include "copy.h"
 
 /* Largest number of children a binomial tree node can have. */
 #define MAX_CHILDREN 32
@@ -40,8 +41,10 @@ static dr_err scatter_tree(const dri_op *op, int root, size_t blk)
 			goto out;
 	} else {
 		const char *in = op->sendbuf;
-		memcpy(tmp, in + (size_t)root * blk, (size_t)(p - root) * blk);
-		memcpy(tmp + (size_t)(p - root) * blk, in, (size_t)root * blk);
+		dri_copy(tmp, in + (size_t)root * blk,
+			 (size_t)(p - root) * blk);
+		dri_copy(tmp + (size_t)(p - root) * blk, in,
+			 (size_t)root * blk);
 	}
 	err = DR_OK;
 	for (int m = 1; m < dri_binom_limit(vr, p) && vr + m < p && !err; m <<= 1) {
@@ -56,7 +59,7 @@ static dr_err scatter_tree(const dri_op *op, int root, size_t blk)
 	}
 	err = dri_coll_wait(reqs, nreq, err);
 	if (!err)
-		memcpy(op->buf, tmp, blk);
+		dri_copy(op->buf, tmp, blk);
 out:
 	dri_scratch_put(tmp);
 	return err;

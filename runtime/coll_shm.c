@@ -108,6 +108,7 @@
 #include "clock.h"
 #include "coll.h"
 #include "coll_shm.h"
+#include "copy.h"
 #include "shm.h"
 #include "transport.h"
 
@@ -754,13 +755,13 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 	for (size_t a = 0; a < n && !err; a += step) {
 		size_t k = n - a < step ? n - a : step;
 
-		memcpy(acc, S.in[0] + a * es, k * es);
+		dri_copy(acc, S.in[0] + a * es, k * es);
 		for (int i = 1; i < c->p && !err; i++)
 			err = dri_reduce(acc, S.in[i] + a * es, k, dt, c->op->redop);
 		dri_reduce_finish(acc, k, dt, c->op->redop, c->p);
-		memcpy(out + a * es, acc, k * es);
+		dri_copy(out + a * es, acc, k * es);
 		if (out2)
-			memcpy(out2 + a * es, acc, k * es);
+			dri_copy(out2 + a * es, acc, k * es);
 	}
 	return err;
 }
@@ -879,7 +880,7 @@ static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 
 	/* After phase e every rank is done with every slot (S.safe). */
 	if (buf)
-		memcpy(slot(c->r, 0), buf, n);
+		dri_copy(slot(c->r, 0), buf, n);
 	in_ns = dri_now_ns() - t0;
 	if ((err = phase(c)))
 		goto out;
@@ -887,7 +888,7 @@ static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 		int i = (c->r + k) % c->p;
 
 		t0 = dri_now_ns();
-		memcpy(tmp, slot(i, 0), n);
+		dri_copy(tmp, slot(i, 0), n);
 		two += in_ns + dri_now_ns() - t0;
 		works = probe_good(tmp, i, e, n);
 		t0 = dri_now_ns();
@@ -978,7 +979,7 @@ static dr_err reduce_small(struct call *c, int all)
 
 	if ((err = next_half(c, 1, &h)))
 		return err;
-	memcpy(slot(c->r, h), op->buf, n);
+	dri_copy(slot(c->r, h), op->buf, n);
 	if ((err = phase(c)))
 		return err;
 	if (!all && c->r != op->root)
@@ -1008,10 +1009,11 @@ static dr_err reduce_large(struct call *c, int all)
 			break;
 		for (int i = 0; i < p; i++) {
 			size_t o = dri_block_off(len, p, i);
+			size_t m = dri_block_off(len, p, i + 1) - o;
 
 			if (i != r)
-				memcpy(slot(r, h) + o * es, base + o * es,
-				       (dri_block_off(len, p, i + 1) - o) * es);
+				dri_copy(slot(r, h) + o * es, base + o * es,
+					 m * es);
 		}
 		if ((err = phase(c)))
 			break;
@@ -1030,10 +1032,11 @@ static dr_err reduce_large(struct call *c, int all)
 			continue;
 		for (int i = 0; i < p; i++) {
 			size_t o = dri_block_off(len, p, i);
+			size_t m = dri_block_off(len, p, i + 1) - o;
 
 			if (i != r)
-				memcpy(base + o * es, slot(i, h) + o * es,
-				       (dri_block_off(len, p, i + 1) - o) * es);
+				dri_copy(base + o * es, slot(i, h) + o * es,
+					 m * es);
 		}
 	}
 	return err;
@@ -1089,7 +1092,7 @@ static dr_err reduce_rooted(struct call *c)
 	if (err)
 		return err;
 	if (c->r != root) {
-		memcpy(cur_slot(c, c->r), op->buf, n);
+		dri_copy(cur_slot(c, c->r), op->buf, n);
 		post(c);
 		return DR_OK;
 	}
@@ -1129,10 +1132,10 @@ static dr_err broadcast_shm(struct call *c)
 		if ((err = next_sub(c, me)))
 			return err;
 		if (me) {
-			memcpy(cur_slot(c, root), buf, n);
+			dri_copy(cur_slot(c, root), buf, n);
 			post(c);
 		} else if (!(err = take(c, root))) {
-			memcpy(buf, cur_slot(c, root), n);
+			dri_copy(buf, cur_slot(c, root), n);
 			done(c);
 		}
 		return err;
@@ -1150,14 +1153,14 @@ static dr_err broadcast_shm(struct call *c)
 		if ((err = next_half(c, me, &h)))
 			break;
 		if (me)
-			memcpy(slot(c->r, h), buf + a, k);
+			dri_copy(slot(c->r, h), buf + a, k);
 		if (c->tree) {
 			if (!(err = phase(c)) && !me)
-				memcpy(buf + a, slot(root, h), k);
+				dri_copy(buf + a, slot(root, h), k);
 		} else if (me) {
 			post(c);
 		} else if (!(err = take(c, root))) {
-			memcpy(buf + a, slot(root, h), k);
+			dri_copy(buf + a, slot(root, h), k);
 			done(c);
 		}
 	}
@@ -1186,7 +1189,7 @@ static dr_err gather_shm(struct call *c, int root)
 		/* sendbuf inside recvbuf, elsewhere than our block */
 		if (!(own = dri_scratch_get(n)))
 			return DR_ENOMEM; /* dri_submit aborts the group */
-		memcpy(own, in, n);
+		dri_copy(own, in, n);
 		in = own;
 	}
 	if ((err = direct_start(c, root < 0 || (n >= GATHER_DIRECT_MIN &&
@@ -1195,7 +1198,7 @@ static dr_err gather_shm(struct call *c, int root)
 		if (!err && reads)
 			err = direct_reads(c, -1, out, 0, n);
 		if (!err && reads && in != out + (size_t)c->r * n)
-			memcpy(out + (size_t)c->r * n, in, n);
+			dri_copy(out + (size_t)c->r * n, in, n);
 		dri_scratch_put(own);
 		return err ? err : phase(c);
 	}
@@ -1206,7 +1209,7 @@ static dr_err gather_shm(struct call *c, int root)
 		if ((err = sub ? next_sub(c, writes) : next_half(c, writes, &h)))
 			break;
 		if (writes)
-			memcpy(cur_slot(c, c->r), in + a, k);
+			dri_copy(cur_slot(c, c->r), in + a, k);
 		if (!rooted) {
 			if ((err = phase(c)) || !reads)
 				continue;
@@ -1218,12 +1221,13 @@ static dr_err gather_shm(struct call *c, int root)
 		}
 		for (int i = 0; i < c->p; i++)
 			if (i != c->r)
-				memcpy(out + (size_t)i * n + a, cur_slot(c, i), k);
+				dri_copy(out + (size_t)i * n + a,
+					 cur_slot(c, i), k);
 		if (rooted)
 			done(c);
 	}
 	if (!err && reads && in != out + (size_t)c->r * n)
-		memcpy(out + (size_t)c->r * n, in, n);
+		dri_copy(out + (size_t)c->r * n, in, n);
 	dri_scratch_put(own);
 	return err;
 }
@@ -1255,8 +1259,9 @@ static dr_err reduce_scatter_shm(struct call *c)
 			break;
 		for (int i = 0; i < c->p; i++)
 			if (i != c->r)
-				memcpy(slot(c->r, h) + (size_t)i * k * es,
-				       in + ((size_t)i * cnt + a) * es, k * es);
+				dri_copy(slot(c->r, h) + (size_t)i * k * es,
+					 in + ((size_t)i * cnt + a) * es,
+					 k * es);
 		if ((err = phase(c)))
 			break;
 		for (int i = 0; i < c->p; i++)
@@ -1265,7 +1270,7 @@ static dr_err reduce_scatter_shm(struct call *c)
 		err = reduce_ordered(c, out + a * es, NULL, k);
 	}
 	if (!err && own)
-		memcpy(op->buf, own, cnt * es);
+		dri_copy(op->buf, own, cnt * es);
 	dri_scratch_put(own);
 	return err;
 }
@@ -1294,7 +1299,7 @@ static dr_err spread_shm(struct call *c, int all)
 		/* sendbuf and recvbuf overlap: send from a copy */
 		if (!(own = dri_scratch_get(n * (size_t)c->p)))
 			return DR_ENOMEM; /* dri_submit aborts the group */
-		memcpy(own, in, n * (size_t)c->p);
+		dri_copy(own, in, n * (size_t)c->p);
 		in = own;
 	}
 	if ((err = direct_start(c, n, 0, in, &direct)) || direct) {
@@ -1316,8 +1321,9 @@ static dr_err spread_shm(struct call *c, int all)
 		if (writes)
 			for (int j = 0; j < c->p; j++)
 				if (j != c->r)
-					memcpy(cur_slot(c, c->r) + (size_t)j * k,
-					       in + (size_t)j * n + a, k);
+					dri_copy(cur_slot(c, c->r) +
+						 (size_t)j * k,
+						 in + (size_t)j * n + a, k);
 		if (!rooted) {
 			if ((err = phase(c)))
 				break;
@@ -1329,8 +1335,8 @@ static dr_err spread_shm(struct call *c, int all)
 		}
 		for (int i = 0; i < c->p; i++)
 			if (i != c->r && (all || i == root))
-				memcpy(out + (all ? (size_t)i * n : 0) + a,
-				       cur_slot(c, i) + (size_t)c->r * k, k);
+				dri_copy(out + (all ? (size_t)i * n : 0) + a,
+					 cur_slot(c, i) + (size_t)c->r * k, k);
 		if (rooted)
 			done(c);
 	}
@@ -1418,7 +1424,7 @@ static dr_err a2av_shm(struct call *c)
 		/* sendbuf and recvbuf overlap: send from a copy */
 		if (!(own = dri_scratch_get(stot * es)))
 			return DR_ENOMEM; /* dri_submit aborts the group */
-		memcpy(own, in, stot * es);
+		dri_copy(own, in, stot * es);
 		in = own;
 	}
 	/* Our pieces into a half now, if they could all go in one round:
@@ -1435,8 +1441,8 @@ static dr_err a2av_shm(struct call *c)
 		if (most <= q && (S.direct < 0 || most < DIRECT_MIN))
 			for (int j = 0; j < p; j++)
 				if (j != r)
-					memcpy(slot(r, h0) + (size_t)j * q,
-					       in + soff[j] * es, sc[j] * es);
+					dri_copy(slot(r, h0) + (size_t)j * q,
+						 in + soff[j] * es, sc[j] * es);
 	}
 	/* The first phase: direct_start's (and its probe), or our own. */
 	if ((err = direct_start(c, S.direct < 0 ? 0 : DIRECT_MIN, 0, in,
@@ -1483,8 +1489,8 @@ static dr_err a2av_shm(struct call *c)
 		/* one round, written before the first phase */
 		for (int i = 0; i < p; i++)
 			if (i != r)
-				memcpy(out + roff[i] * es, slot(i, h0) +
-				       (size_t)r * q, rc[i] * es);
+				dri_copy(out + roff[i] * es, slot(i, h0) +
+					 (size_t)r * q, rc[i] * es);
 		goto out;
 	}
 	if (q)
@@ -1497,16 +1503,18 @@ static dr_err a2av_shm(struct call *c)
 			break;
 		for (int j = 0; j < p; j++)
 			if (j != r && sc[j] * es > a)
-				memcpy(slot(r, h) + (size_t)j * q,
-				       in + soff[j] * es + a,
-				       sc[j] * es - a < q ? sc[j] * es - a : q);
+				dri_copy(slot(r, h) + (size_t)j * q,
+					 in + soff[j] * es + a,
+					 sc[j] * es - a < q ? sc[j] * es - a
+							    : q);
 		if ((err = phase(c)))
 			break;
 		for (int i = 0; i < p; i++)
 			if (i != r && rc[i] * es > a)
-				memcpy(out + roff[i] * es + a, slot(i, h) +
-				       (size_t)r * q,
-				       rc[i] * es - a < q ? rc[i] * es - a : q);
+				dri_copy(out + roff[i] * es + a,
+					 slot(i, h) + (size_t)r * q,
+					 rc[i] * es - a < q ? rc[i] * es - a
+							    : q);
 	}
 out:
 	dri_scratch_put(own);

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "copy.h"
 #include "error.h"
 #include "reduce.h"
 
@@ -266,17 +267,12 @@ F16C_KERNEL(prod, _mm256_mul_ps(x, y))
 F16C_KERNEL(min, F16C_NAN_X(_mm256_min_ps(x, y)))
 F16C_KERNEL(max, F16C_NAN_X(_mm256_max_ps(x, y)))
 
-/* AVX needs the OS to save the ymm registers (OSXSAVE, XCR0 bits 1-2). */
 static int cpu_has_f16c(void)
 {
 	unsigned a, b, c, d;
 	if (!__get_cpuid(1, &a, &b, &c, &d))
 		return 0;
-	if (!(c & bit_F16C) || !(c & bit_AVX) || !(c & bit_OSXSAVE))
-		return 0;
-	unsigned lo, hi;
-	__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-	return (lo & 6) == 6;
+	return (c & bit_F16C) && dri_cpu_avx();
 }
 
 static kernel_fn f16c_kernel(dr_op op)

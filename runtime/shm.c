@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "copy.h"
 #include "error.h"
 #include "seg.h"
 #include "shm.h"
@@ -567,7 +568,7 @@ size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all)
 			size_t at = (size_t)((tail + put) & (size - 1));
 			size_t c = size - at < len ? size - at : len;
 
-			memcpy(rg->data + at, src, c);
+			dri_copy(rg->data + at, src, c);
 			src += c;
 			len -= c;
 			put += c;
@@ -604,7 +605,7 @@ size_t dri_shm_recv(int peer, void *buf, size_t len)
 		size_t at = (size_t)((head + got) & (size - 1));
 		size_t c = size - at < len - got ? size - at : len - got;
 
-		memcpy(dst + got, rg->data + at, c);
+		dri_copy(dst + got, rg->data + at, c);
 		got += c;
 	}
 	if (got) {

@@ -64,6 +64,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "copy.h"
 #include "ctl.h"
 #include "error.h"
 #include "net.h"
@@ -1224,7 +1225,7 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 		}
 		req->source = m->src;
 		if (len)
-			memcpy(buf, m->data, m->done);
+			dri_copy(buf, m->data, m->done);
 		if (m->done == m->len) {
 			req->done = len;
 			req_finish(req, DR_OK);
@@ -1447,7 +1448,7 @@ static void on_payload_bytes(int i, const unsigned char *src, size_t n)
 	struct peer *p = &tp.peers[i];
 
 	if (src && p->rx_dest)
-		memcpy(p->rx_dest + p->rx_done, src, n);
+		dri_copy(p->rx_dest + p->rx_done, src, n);
 	p->rx_done += n;
 	if (p->rx_msg)
 		p->rx_msg->done = p->rx_done;
@@ -1877,7 +1878,9 @@ static void cancel_locked(dri_req *r)
 				if (c) {
 					*c = *r;
 					c->buf = (char *)(c + 1);
-					memcpy(c->buf, (char *)r->buf + r->done, rest);
+					dri_copy(c->buf,
+						 (char *)r->buf + r->done,
+						 rest);
 					c->len = rest;
 					c->done = 0;
 					c->priv = REQ_OWNED;
