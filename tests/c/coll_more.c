@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "distrun.h"
@@ -787,9 +788,23 @@ static int thread_count(void)
 	return n;
 }
 
+/* Returns its thread id. */
 static void *idle_thread(void *arg)
 {
-	return arg;
+	(void)arg;
+	return (void *)(intptr_t)syscall(SYS_gettid);
+}
+
+/* Until thread tid, joined, has left /proc (1 s at most): pthread_join
+ * returns once the kernel has cleared the thread's tid, a moment before
+ * it drops the thread's task entry. */
+static void wait_gone(long tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%ld", tid);
+	for (int t = 0; t < 1000 && access(path, F_OK) == 0; t++)
+		usleep(1000);
 }
 
 /* dr_destroy_process_group frees every group; handles the program still
@@ -839,8 +854,7 @@ static void mode_destroy(void)
 	dr_group_destroy(kept);
 	dr_group_destroy(solo);
 	/* (a sanitizer may run a thread of its own: count from before init)
-	 * A joined thread can stay listed in /proc for a moment: its exit
-	 * wakes pthread_join before the kernel drops its task entry. */
+	 * A joined thread can stay listed in /proc for a moment (wait_gone). */
 	int left = thread_count();
 
 	for (int t = 0; t < 1000 && left != threads_before_init; t++) {
@@ -1048,8 +1062,10 @@ int main(int argc, char **argv)
 	/* ThreadSanitizer starts a thread of its own at the first
 	 * pthread_create: have it start before the count. */
 	pthread_t t;
-	if (!pthread_create(&t, NULL, idle_thread, NULL))
-		pthread_join(t, NULL);
+	void *tid;
+	if (!pthread_create(&t, NULL, idle_thread, NULL) &&
+	    !pthread_join(t, &tid))
+		wait_gone((long)(intptr_t)tid);
 	threads_before_init = thread_count();
 	CHECK_OK(dr_init_process_group(NULL, NULL));
 	rank = dr_get_rank();
