@@ -206,7 +206,7 @@ setup() {
 		sh -c "trap \"\" TERM; echo left \$\$; exec sleep 300" &
 		p=$!; i=0
 		while [ $i -lt 1200 ] && [ -e /proc/$p ] &&
-		      { ! [ -s /proc/$p/cmdline ] || grep -q trap /proc/$p/cmdline; }; do
+		      { ! grep -q . /proc/$p/cmdline || grep -q trap /proc/$p/cmdline; }; do
 			i=$((i+1)); sleep 0.05
 		done'
 	left=$(sed -n 's/^\[0\] left //p' <<<"$output")
