@@ -55,6 +55,7 @@ static int test_copy_is_memcpy_at_every_size_and_distance(void)
 				fill(ref, lo, hi);
 				memcpy(ref + at, src + so, n);
 				CHECK(dri_copy(dst + at, src + so, n) == dst + at);
+				/* the copy, and the bytes either side untouched */
 				CHECKF(!memcmp(dst + lo, ref + lo, hi - lo),
 				       "size %zu, distance %zu, source at %zu", n,
 				       dists[d], so);
@@ -68,7 +69,6 @@ static int test_copy_is_memcpy_at_every_size_and_distance(void)
 					continue;
 				fill(dst, lo, hi);
 				CHECK(dri_copy_avx(dst + at, src + so, n) == dst + at);
-				/* the copy, and the bytes either side untouched */
 				CHECKF(!memcmp(dst + lo, ref + lo, hi - lo),
 				       "avx: size %zu, distance %zu, source at %zu",
 				       n, dists[d], so);
@@ -82,7 +82,7 @@ static int test_loop_only_where_rep_movsb_is_slow(void)
 	char *b = aligned_alloc(4096, 1 << 20);
 
 	CHECK(b);
-#if defined(__x86_64__) && defined(__SSE2__)
+#if defined(__x86_64__) && defined(__SSE2__) && defined(__GNUC__)
 	/* a malloc'd buffer (16 past a page) filled from a page-aligned slot */
 	CHECK(dri_copy_loops(b + 4096 + 16, b, 65536));
 	CHECK(dri_copy_loops(b + 1, b, 4096));
