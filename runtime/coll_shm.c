@@ -726,16 +726,30 @@ static char *cur_slot(const struct call *c, int r)
 	return c->sub < 0 ? p : p + S.sub_off + (size_t)(c->sub >> 1) * S.sub_bytes;
 }
 
+/* Whether out[0 .. bytes) overlaps one of the p inputs S.in. */
+static int out_is_input(const struct call *c, const char *out, size_t bytes)
+{
+	for (int i = 0; i < c->p; i++)
+		if ((uintptr_t)out < (uintptr_t)S.in[i] + bytes &&
+		    (uintptr_t)S.in[i] < (uintptr_t)out + bytes)
+			return 1;
+	return 0;
+}
+
 /* out[0 .. n) = in[0] op in[1] op ... op in[p - 1] (S.in), in rank order,
- * then AVG's division; also into out2 unless NULL.  out may be one of
- * the inputs (each piece of it is read before it is written); when it
- * is the first, the sum is taken in place, without the accumulator. */
+ * then AVG's division; also into out2 unless NULL (out2 may be an
+ * input).  A piece of ACC_BYTES at a time, which stays in the cache while
+ * the p inputs stream past it.  When out is the first input, the sum is
+ * taken in place; when it is none of them, straight into out (the first
+ * two inputs through dri_reduce3, so that no copy comes first); else out
+ * is one of the others, read before it is written, and the sum goes
+ * through an accumulator. */
 static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 			     size_t n)
 {
 	dr_dtype dt = c->op->dtype;
 	size_t es = dr_dtype_size(dt), step = ACC_BYTES / es;
-	char *acc = dri_scratch_keep(ACC_BYTES);
+	char *acc;
 	dr_err err = DR_OK;
 
 	if (out == S.in[0] && !out2) {
@@ -750,7 +764,22 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 		}
 		return err;
 	}
-	if (!acc)
+	if (c->p >= 2 && !out_is_input(c, out, n * es)) {
+		for (size_t a = 0; a < n && !err; a += step) {
+			size_t k = n - a < step ? n - a : step;
+
+			err = dri_reduce3(out + a * es, S.in[0] + a * es,
+					  S.in[1] + a * es, k, dt, c->op->redop);
+			for (int i = 2; i < c->p && !err; i++)
+				err = dri_reduce(out + a * es, S.in[i] + a * es, k,
+						 dt, c->op->redop);
+			dri_reduce_finish(out + a * es, k, dt, c->op->redop, c->p);
+			if (out2)
+				dri_copy(out2 + a * es, out + a * es, k * es);
+		}
+		return err;
+	}
+	if (!(acc = dri_scratch_keep(ACC_BYTES)))
 		return DR_ENOMEM;
 	for (size_t a = 0; a < n && !err; a += step) {
 		size_t k = n - a < step ? n - a : step;

@@ -164,13 +164,37 @@ static inline uint16_t f32_to_bf16(float f)
 
 typedef void (*kernel_fn)(void *restrict inout, const void *restrict in,
 			  size_t n);
+typedef void (*kernel3_fn)(void *restrict out, const void *restrict a,
+			   const void *restrict b, size_t n);
 
-/* One kernel: a[i] = EXPR of x = a[i], y = b[i].  Blocks of 16 with a
- * fixed inner trip count, then the tail: gcc -O2's "very cheap" vectoriser
- * only takes a loop whose trip count it knows to be a multiple of the
- * vector width (a plain loop over n stays scalar, and so did float64 with
- * n rounded down to 16). */
+/* One kernel, two forms: a[i] = EXPR of x = a[i], y = b[i]; and
+ * fname##3, o[i] = the same EXPR of x = a[i], y = b[i] (the same bits as
+ * copying a to o first).  Blocks of 16 with a fixed inner trip count, then
+ * the tail: gcc -O2's "very cheap" vectoriser only takes a loop whose
+ * trip count it knows to be a multiple of the vector width (a plain loop
+ * over n stays scalar, and so did float64 with n rounded down to 16). */
 #define KERNEL(fname, T, EXPR)                                                \
+	KERNEL2(fname, T, EXPR)                                               \
+	KERNEL3(fname##3, T, EXPR)
+#define KERNEL3(fname, T, EXPR)                                               \
+	static void fname(void *restrict vo, const void *restrict va,        \
+			  const void *restrict vb, size_t n)                  \
+	{                                                                     \
+		T *restrict o = vo;                                           \
+		const T *restrict a = va;                                     \
+		const T *restrict b = vb;                                     \
+		size_t i = 0;                                                 \
+		for (; i + 16 <= n; i += 16)                                  \
+			for (size_t j = 0; j < 16; j++) {                     \
+				T x = a[i + j], y = b[i + j];                 \
+				o[i + j] = (T)(EXPR);                         \
+			}                                                     \
+		for (; i < n; i++) {                                          \
+			T x = a[i], y = b[i];                                 \
+			o[i] = (T)(EXPR);                                     \
+		}                                                             \
+	}
+#define KERNEL2(fname, T, EXPR)                                               \
 	static void fname(void *restrict va, const void *restrict vb,        \
 			  size_t n)                                           \
 	{                                                                     \
@@ -240,6 +264,25 @@ HALF_KERNELS(bf16, bf16_to_f32, f32_to_bf16)
 #include <immintrin.h>
 
 #define F16C_KERNEL(op, VEXPR)                                                \
+	__attribute__((target("avx,f16c"))) static void f16c_##op##3(         \
+		void *restrict vo, const void *restrict va,                   \
+		const void *restrict vb, size_t n)                            \
+	{                                                                     \
+		uint16_t *restrict o = vo;                                    \
+		const uint16_t *restrict a = va;                              \
+		const uint16_t *restrict b = vb;                              \
+		size_t i = 0;                                                 \
+		for (; i + 8 <= n; i += 8) {                                  \
+			__m256 x = _mm256_cvtph_ps(                           \
+				_mm_loadu_si128((const __m128i *)(a + i)));   \
+			__m256 y = _mm256_cvtph_ps(                           \
+				_mm_loadu_si128((const __m128i *)(b + i)));   \
+			_mm_storeu_si128((__m128i *)(o + i),                  \
+					 _mm256_cvtps_ph(VEXPR,               \
+					 _MM_FROUND_TO_NEAREST_INT));         \
+		}                                                             \
+		f16_##op##3(o + i, a + i, b + i, n - i); /* the tail */       \
+	}                                                                     \
 	__attribute__((target("avx,f16c"))) static void f16c_##op(            \
 		void *restrict va, const void *restrict vb, size_t n)         \
 	{                                                                     \
@@ -275,7 +318,7 @@ static int cpu_has_f16c(void)
 	return (c & bit_F16C) && dri_cpu_avx();
 }
 
-static kernel_fn f16c_kernel(dr_op op)
+static int use_f16c(void)
 {
 	/* racing first calls compute the same answer */
 	static _Atomic int use = -1;
@@ -283,7 +326,12 @@ static kernel_fn f16c_kernel(dr_op op)
 		const char *no = getenv("DISTRUN_NO_F16C");
 		use = !(no && *no && strcmp(no, "0")) && cpu_has_f16c();
 	}
-	if (!use)
+	return use;
+}
+
+static kernel_fn f16c_kernel(dr_op op)
+{
+	if (!use_f16c())
 		return NULL;
 	switch (op) {
 	case DR_SUM:
@@ -299,8 +347,33 @@ static kernel_fn f16c_kernel(dr_op op)
 		return NULL;
 	}
 }
+
+static kernel3_fn f16c_kernel3(dr_op op)
+{
+	if (!use_f16c())
+		return NULL;
+	switch (op) {
+	case DR_SUM:
+	case DR_AVG:
+		return f16c_sum3;
+	case DR_PRODUCT:
+		return f16c_prod3;
+	case DR_MIN:
+		return f16c_min3;
+	case DR_MAX:
+		return f16c_max3;
+	default:
+		return NULL;
+	}
+}
 #else
 static kernel_fn f16c_kernel(dr_op op)
+{
+	(void)op;
+	return NULL;
+}
+
+static kernel3_fn f16c_kernel3(dr_op op)
 {
 	(void)op;
 	return NULL;
@@ -309,22 +382,23 @@ static kernel_fn f16c_kernel(dr_op op)
 
 /* [dtype][op]; NULL where the op does not apply (bitwise on floats).  AVG
  * reduces as SUM. */
-#define INT_ROW(name)                                                         \
-	{ [DR_SUM] = name##_sum, [DR_AVG] = name##_sum,                       \
-	  [DR_PRODUCT] = name##_prod, [DR_MIN] = name##_min,                  \
-	  [DR_MAX] = name##_max, [DR_BAND] = name##_band,                     \
-	  [DR_BOR] = name##_bor, [DR_BXOR] = name##_bxor }
-#define FLOAT_ROW(name)                                                       \
-	{ [DR_SUM] = name##_sum, [DR_AVG] = name##_sum,                       \
-	  [DR_PRODUCT] = name##_prod, [DR_MIN] = name##_min,                  \
-	  [DR_MAX] = name##_max }
+#define INT_ROW(name, f)                                                      \
+	{ [DR_SUM] = name##_sum##f, [DR_AVG] = name##_sum##f,                 \
+	  [DR_PRODUCT] = name##_prod##f, [DR_MIN] = name##_min##f,            \
+	  [DR_MAX] = name##_max##f, [DR_BAND] = name##_band##f,               \
+	  [DR_BOR] = name##_bor##f, [DR_BXOR] = name##_bxor##f }
+#define FLOAT_ROW(name, f)                                                    \
+	{ [DR_SUM] = name##_sum##f, [DR_AVG] = name##_sum##f,                 \
+	  [DR_PRODUCT] = name##_prod##f, [DR_MIN] = name##_min##f,            \
+	  [DR_MAX] = name##_max##f }
+#define TABLE(f)                                                              \
+	{ [DR_INT8] = INT_ROW(i8, f),        [DR_UINT8] = INT_ROW(u8, f),     \
+	  [DR_INT32] = INT_ROW(i32, f),      [DR_INT64] = INT_ROW(i64, f),    \
+	  [DR_FLOAT16] = FLOAT_ROW(f16, f),  [DR_BFLOAT16] = FLOAT_ROW(bf16, f), \
+	  [DR_FLOAT32] = FLOAT_ROW(f32, f),  [DR_FLOAT64] = FLOAT_ROW(f64, f) }
 
-static const kernel_fn kernels[DR_DTYPE_COUNT_][DR_OP_COUNT_] = {
-	[DR_INT8] = INT_ROW(i8),         [DR_UINT8] = INT_ROW(u8),
-	[DR_INT32] = INT_ROW(i32),       [DR_INT64] = INT_ROW(i64),
-	[DR_FLOAT16] = FLOAT_ROW(f16),   [DR_BFLOAT16] = FLOAT_ROW(bf16),
-	[DR_FLOAT32] = FLOAT_ROW(f32),   [DR_FLOAT64] = FLOAT_ROW(f64),
-};
+static const kernel_fn kernels[DR_DTYPE_COUNT_][DR_OP_COUNT_] = TABLE();
+static const kernel3_fn kernels3[DR_DTYPE_COUNT_][DR_OP_COUNT_] = TABLE(3);
 
 /* ------------------------------------------------------ entry points */
 
@@ -363,6 +437,36 @@ dr_err dri_reduce(void *inout, const void *in, size_t count, dr_dtype dtype,
 
 	kernel_fn fn = dtype == DR_FLOAT16 ? f16c_kernel(op) : NULL;
 	(fn ? fn : kernels[dtype][op])(inout, in, count);
+	return DR_OK;
+}
+
+/* Whether [a, a + n) and [b, b + n) overlap. */
+static int overlap(const void *a, const void *b, size_t n)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y + n && y < x + n;
+}
+
+dr_err dri_reduce3(void *out, const void *a, const void *b, size_t count,
+		   dr_dtype dtype, dr_op op)
+{
+	dr_err err = dri_reduce_check(dtype, op);
+	size_t bytes;
+
+	if (err)
+		return err;
+	if (!count)
+		return DR_OK;
+	if (!out || !a || !b)
+		return dri_fail(DR_EINVAL, "reduce of %zu %s elements with a NULL buffer",
+				count, dtype_names[dtype]);
+	bytes = count * dtype_sizes[dtype];
+	if (overlap(out, a, bytes) || overlap(out, b, bytes))
+		return dri_fail(DR_EINVAL, "reduce output overlaps an input (%p, "
+				"%p and %p, %zu bytes)", out, a, b, bytes);
+	kernel3_fn fn = dtype == DR_FLOAT16 ? f16c_kernel3(op) : NULL;
+	(fn ? fn : kernels3[dtype][op])(out, a, b, count);
 	return DR_OK;
 }
 

@@ -16,6 +16,11 @@
  * float dtype, DR_EINVAL for values out of range. */
 dr_err dri_reduce(void *inout, const void *in, size_t count, dr_dtype dtype,
 		  dr_op op);
+/* out[i] = a[i] OP b[i]: the same bits as copying a to out and then
+ * dri_reduce(out, b).  a and b may overlap each other, not out
+ * (DR_EINVAL). */
+dr_err dri_reduce3(void *out, const void *a, const void *b, size_t count,
+		   dr_dtype dtype, dr_op op);
 /* Checks that op applies to dtype (bitwise ops refuse floats). */
 dr_err dri_reduce_check(dr_dtype dtype, dr_op op);
 /* After the last dri_reduce of an AVG over n ranks: divides by n once
