@@ -80,7 +80,9 @@
  * When the ranks of this host outnumber its CPUs more than
  * SPIN_MAX_PER_CPU to one, a waiting rank sleeps at once: with that many
  * spinning, the rank waited for rarely gets a CPU (the measurements that
- * set the limit: README, Benchmarks).
+ * set the limit: README, Benchmarks).  When they do not outnumber them,
+ * a rank that spins for one queued on its own CPU moves to another
+ * (unstack).
  *
  * Mismatches: before it arrives at a call's first phase, a rank
  * publishes the call (seq, collective, count, dtype, op, root) in the
@@ -192,6 +194,8 @@ static struct {
 	size_t sub_off;        /* where they start in a half */
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
 	int configured, off, oversub;
+	int cpu;               /* 1 + the CPU last published (seg.h: cpu) */
+	int64_t moved_ms;      /* when unstack last moved this thread */
 	unsigned generation;   /* dri_shm_generation() configured for */
 	int64_t spin_us;
 	int direct_mode;       /* dri_shm_direct_mode() */
@@ -244,6 +248,8 @@ static void configure(void)
 	if (S.spin_us < 0)
 		S.spin_us = 0;
 	S.oversub = dri_shm_oversubscribed();
+	S.cpu = -1;
+	S.moved_ms = 0;
 	S.direct_mode = dri_shm_direct_mode();
 	S.direct = S.direct_mode == DRI_SHM_DIRECT_OFF ? -1 : 0;
 	S.crowded = 0;
@@ -425,6 +431,53 @@ static int waiting_for(void *arg)
 	return -1;
 }
 
+/* Publishes the CPU this rank runs on, if it changed (seg.h: cpu). */
+static void note_cpu(const struct call *c)
+{
+	int k = sched_getcpu();
+
+	k = k < 0 ? 0 : k + 1;
+	if (k != S.cpu) {
+		S.cpu = k;
+		__atomic_store_n(&dri_shm_blk(c->r)->cpu, k, __ATOMIC_RELAXED);
+	}
+}
+
+/* With no more ranks than CPUs, two ranks can still end up queued on one
+ * CPU while another idles: a wake-up pulls the woken rank onto the
+ * waker's CPU (the rendezvous' last reply does), and the kernel's
+ * balancer leaves tasks that ran within the last half millisecond where
+ * they are, which spinning ranks always have, for 10 ms and more.  Every
+ * phase then costs a switch (measured: a barrier of 2 ranks 6-12 us
+ * instead of 0.4, in 4 to 8 of 16 runs right after init).  So a rank that
+ * spins for rank w, published on its own CPU, moves off it: it forbids
+ * itself that CPU, which makes the kernel move it at once, then allows
+ * itself every CPU it had again.  Only the higher of the two moves, and
+ * at most once every UNSTACK_MS. */
+#define UNSTACK_MS 10
+static void unstack(const struct call *c, int w)
+{
+	cpu_set_t had, other;
+	int64_t now;
+
+	if (w <= c->r || S.cpu <= 0 ||
+	    __atomic_load_n(&dri_shm_blk(w)->cpu, __ATOMIC_RELAXED) != S.cpu)
+		return;
+	now = dri_now_ms();
+	if (S.moved_ms && now - S.moved_ms < UNSTACK_MS)
+		return;
+	if (sched_getaffinity(0, sizeof(had), &had) ||
+	    !CPU_ISSET(S.cpu - 1, &had) || CPU_COUNT(&had) < 2)
+		return;
+	other = had;
+	CPU_CLR(S.cpu - 1, &other);
+	if (sched_setaffinity(0, sizeof(other), &other))
+		return;
+	(void)sched_setaffinity(0, sizeof(had), &had);
+	S.moved_ms = now;
+	note_cpu(c);
+}
+
 /* Spins on the flags without the transport's lock, for S.spin_us at
  * most; 1 once the phase is passed, 0 to wait in the transport
  * (something for it to look at: a ring, the launcher's abort). */
@@ -433,7 +486,9 @@ static int spin_wait(struct call *c)
 	int64_t end = 0;
 
 	for (unsigned k = 0;; k++) {
-		if (waiting_for(c) < 0)
+		int w = waiting_for(c);
+
+		if (w < 0)
 			return 1;
 		if (dri_shm_pending() || !S.spin_us)
 			return 0;
@@ -447,10 +502,15 @@ static int spin_wait(struct call *c)
 		}
 		/* Yield now and then even with a core each: on a busy
 		 * machine the rank we wait for may share ours. */
-		if (S.oversub || k % 16 == 15)
+		if (S.oversub) {
 			sched_yield();
-		else
+		} else if (k % 16 == 15) {
+			if (k == 15)
+				unstack(c, w);
+			sched_yield();
+		} else {
 			cpu_relax();
+		}
 	}
 }
 
@@ -513,6 +573,8 @@ static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e)
  * peers read once up shows the phase. */
 static void begin(struct call *c)
 {
+	if (!S.oversub)
+		note_cpu(c);
 	c->e = ++S.phase;
 	c->rec.last = c->e;
 	if (c->first) {

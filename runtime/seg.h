@@ -130,9 +130,15 @@ typedef struct {
 	 * rank's memory of the buffer its current call's readers read with
 	 * process_vm_readv; of what the probe reads; what its probe found
 	 * (bit 0: it read every other rank right, bit 1: one copy was the
-	 * faster, bit 2: its host's ranks outnumber its CPUs). */
+	 * faster, bit 2: its host's ranks outnumber its CPUs).  cpu: 1 +
+	 * the CPU the rank saw itself on when its latest call through the
+	 * flags began (sched_getcpu), 0 before; written only when it
+	 * changes.  A rank that waits for one on its own CPU while CPUs
+	 * are to spare moves (coll_shm.c: unstack). */
 	uint64_t xaddr, probe_addr, probe_verdict;
-	uint64_t pad3_[4];
+	int32_t cpu;
+	uint32_t pad4_;
+	uint64_t pad3_[3];
 	/* An all_to_all_v through the segment (coll_shm.c, up to
 	 * DRI_SEG_A2AV_MAX ranks): its send counts, then its receive
 	 * counts, one per rank, in [n & 1] for the rank's n-th such call.

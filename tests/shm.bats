@@ -440,6 +440,19 @@ nothing_left() {
 	[ "$(grep -c ': transport shm$' <<<"$output")" -eq 256 ]
 }
 
+@test "two ranks queued on one CPU while another is free move apart within 300 barriers" {
+	# Each rank moves onto rank 0's CPU, then gets its CPUs back: the
+	# kernel's balancer would leave them together for 10 ms and more
+	# (measured: every run failed this with the move taken out).
+	[ "$(nproc)" -ge 2 ] || skip "needs 2 CPUs"
+	for i in 1 2 3; do
+		check 2 stacked 300
+		echo "$output"
+		[ "$status" -eq 0 ]
+		grep -q '^\[0\] rank 0: cpus [0-9]* [0-9]*$' <<<"$output"
+	done
+}
+
 # ------------------------------------------------ under other launchers
 
 @test "torchrun: the local ranks share a segment made by local rank 0 and use shared memory" {

@@ -58,6 +58,13 @@
  *                 get the data: KIND bcast (rank 0 broadcasts), reduce
  *                 (all but the last rank reduce to it); the writers
  *                 print "rank R: left", the readers "rank R: leave ok"
+ *   stacked ITERS every rank moves onto the CPU rank 0 runs on (an
+ *                 affinity of that CPU alone), a barrier, then allows
+ *                 itself its CPUs again and runs ITERS barriers: ranks
+ *                 that do not outnumber the CPUs must end on CPUs of
+ *                 their own (the kernel would leave them queued on one
+ *                 for 10 ms and more); rank 0 prints "rank 0: cpus C0
+ *                 C1 ..." and every rank exits 1 if two share one
  *   late SECONDS  the last rank sleeps SECONDS before a 64 MiB all_reduce;
  *                 the others print the error they get and exit 0 on
  *                 DR_ETIMEDOUT (run with a short --timeout)
@@ -68,8 +75,9 @@
  * Anything unexpected prints "rank R: ..." on stderr and exits 1.
  */
 #include <distrun.h>
-#include <math.h>
 #include <errno.h>
+#include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +85,6 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "seg.h"
 #include "seg.h"
 
 static int rank, size;
@@ -156,6 +163,41 @@ static int mode_kill(size_t bytes, const char *coll)
 		if (it > 1000)
 			DIE("all_reduce went on without the dead rank");
 	}
+}
+
+static int mode_stacked(int iters)
+{
+	cpu_set_t had, one;
+	int32_t cpu = sched_getcpu(), cpus[64];
+	char line[512];
+	size_t at;
+
+	if (size > 64 || sched_getaffinity(0, sizeof(had), &had))
+		DIE("stacked: at most 64 ranks, and an affinity mask");
+	TRY(dr_broadcast(&cpu, 1, DR_INT32, 0, NULL, NULL));
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one))
+		DIE("sched_setaffinity(CPU %d): %s", (int)cpu, strerror(errno));
+	TRY(dr_barrier(NULL, NULL, NULL, 0));
+	if (sched_setaffinity(0, sizeof(had), &had))
+		DIE("sched_setaffinity back: %s", strerror(errno));
+	for (int i = 0; i < iters; i++)
+		TRY(dr_barrier(NULL, NULL, NULL, 0));
+	cpu = sched_getcpu();
+	TRY(dr_all_gather(&cpu, cpus, 1, DR_INT32, NULL, NULL));
+	at = (size_t)snprintf(line, sizeof(line), "rank %d: cpus", rank);
+	for (int i = 0; i < size && at < sizeof(line); i++)
+		at += (size_t)snprintf(line + at, sizeof(line) - at, " %d",
+				       (int)cpus[i]);
+	if (!rank)
+		printf("%s\n", line);
+	for (int i = 0; i < size; i++)
+		for (int j = i + 1; j < size; j++)
+			if (cpus[i] == cpus[j])
+				DIE("ranks %d and %d still share CPU %d after "
+				    "%d barriers", i, j, (int)cpus[i], iters);
+	return 0;
 }
 
 static int mode_exit0(void)
@@ -621,6 +663,8 @@ int main(int argc, char **argv)
 		rc = mode_rooted(atoi(argv[2]));
 	else if (!strcmp(mode, "leave") && argc > 2)
 		rc = mode_leave(argv[2]);
+	else if (!strcmp(mode, "stacked") && argc > 2)
+		rc = mode_stacked(atoi(argv[2]));
 	else if (!strcmp(mode, "exit0"))
 		rc = mode_exit0();
 	else if (!strcmp(mode, "rss"))
