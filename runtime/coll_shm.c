@@ -80,9 +80,9 @@
  * When the ranks of this host outnumber its CPUs more than
  * SPIN_MAX_PER_CPU to one, a waiting rank sleeps at once: with that many
  * spinning, the rank waited for rarely gets a CPU (the measurements that
- * set the limit: README, Benchmarks).  When they do not outnumber them,
- * a rank that spins for one queued on its own CPU moves to another
- * (unstack).
+ * set the limit: README, Benchmarks).  With no more ranks than CPUs,
+ * every rank says which CPU it runs on, and a waiting rank whose CPU has
+ * more ranks than another it may use moves (rebalance).
  *
  * Mismatches: before it arrives at a call's first phase, a rank
  * publishes the call (seq, collective, count, dtype, op, root) in the
@@ -195,7 +195,7 @@ static struct {
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
 	int configured, off, oversub;
 	int cpu;               /* 1 + the CPU last published (seg.h: cpu) */
-	int64_t moved_ms;      /* when unstack last moved this thread */
+	int64_t moved_ms;      /* when rebalance last moved this thread */
 	unsigned generation;   /* dri_shm_generation() configured for */
 	int64_t spin_us;
 	int direct_mode;       /* dri_shm_direct_mode() */
@@ -443,38 +443,72 @@ static void note_cpu(const struct call *c)
 	}
 }
 
-/* With no more ranks than CPUs, two ranks can still end up queued on one
- * CPU while another idles: a wake-up pulls the woken rank onto the
- * waker's CPU (the rendezvous' last reply does), and the kernel's
- * balancer leaves tasks that ran within the last half millisecond where
- * they are, which spinning ranks always have, for 10 ms and more.  Every
- * phase then costs a switch (measured: a barrier of 2 ranks 6-12 us
- * instead of 0.4, in 4 to 8 of 16 runs right after init).  So a rank that
- * spins for rank w, published on its own CPU, moves off it: it forbids
- * itself that CPU, which makes the kernel move it at once, then allows
- * itself every CPU it had again.  Only the higher of the two moves, and
- * at most once every UNSTACK_MS. */
-#define UNSTACK_MS 10
-static void unstack(const struct call *c, int w)
+/* With no more ranks than CPUs, two can still end up queued on one CPU
+ * while another idles: a wake-up puts the woken rank on the waker's CPU
+ * (the rendezvous' last reply does), and the kernel's balancer leaves a
+ * task that ran within the last half millisecond where it is, which a
+ * spinning rank always has, for 10 ms and more.  Every phase then costs
+ * a switch (measured: a barrier of 2 ranks right after init 6-12 us
+ * instead of 0.4, in 4 to 8 of 16 runs).  So a waiting rank looks where
+ * the ranks of its call said they run (seg.h: cpu) and, if its CPU has
+ * more of them than another it may use, moves to the one with the
+ * fewest: it allows itself that CPU alone, which makes the kernel move
+ * it at once, then every CPU it had again.  Ranks that share a CPU do
+ * not run at once, so the first to wait moves and the others see it
+ * gone.  A rank moves at most once every MOVE_MS.  Flat calls only (up
+ * to DRI_SHM_FLAT_MAX ranks). */
+#define MOVE_MS 10
+static void rebalance(const struct call *c)
 {
-	cpu_set_t had, other;
+	int32_t pub[DRI_SHM_FLAT_MAX];
+	int here = 0, best = -1, best_n = DRI_SHM_FLAT_MAX + 1;
+	cpu_set_t had, one;
 	int64_t now;
 
-	if (w <= c->r || S.cpu <= 0 ||
-	    __atomic_load_n(&dri_shm_blk(w)->cpu, __ATOMIC_RELAXED) != S.cpu)
+	if (c->tree)
+		return;
+	/* Where we are now: the kernel may have moved us since the call
+	 * began (and another rank that looks may take us for still here). */
+	note_cpu(c);
+	if (S.cpu <= 0)
+		return;
+	for (int i = 0; i < c->p; i++) {
+		pub[i] = i == c->r ? S.cpu
+			 : __atomic_load_n(&dri_shm_blk(i)->cpu, __ATOMIC_RELAXED);
+		here += pub[i] == S.cpu;
+	}
+	if (here < 2)
 		return;
 	now = dri_now_ms();
-	if (S.moved_ms && now - S.moved_ms < UNSTACK_MS)
+	if (S.moved_ms && now - S.moved_ms < MOVE_MS)
 		return;
-	if (sched_getaffinity(0, sizeof(had), &had) ||
-	    !CPU_ISSET(S.cpu - 1, &had) || CPU_COUNT(&had) < 2)
+	if (sched_getaffinity(0, sizeof(had), &had) || CPU_COUNT(&had) < 2)
 		return;
-	other = had;
-	CPU_CLR(S.cpu - 1, &other);
-	if (sched_setaffinity(0, sizeof(other), &other))
+	for (int cpu = 0; cpu < CPU_SETSIZE && best_n != 0; cpu++) {
+		int n = 0;
+
+		if (cpu == S.cpu - 1 || !CPU_ISSET(cpu, &had))
+			continue;
+		for (int i = 0; i < c->p; i++)
+			n += pub[i] == cpu + 1;
+		if (n < best_n) {
+			best = cpu;
+			best_n = n;
+		}
+	}
+	/* Only if that evens them out: here - 1 on ours, best_n + 1 there. */
+	if (best < 0 || best_n + 1 >= here)
 		return;
-	(void)sched_setaffinity(0, sizeof(had), &had);
-	S.moved_ms = now;
+	CPU_ZERO(&one);
+	CPU_SET(best, &one);
+	/* Say where we go first: a rank that shares our CPU runs the moment
+	 * we leave it, and must not take us for still there and move too. */
+	S.cpu = best + 1;
+	__atomic_store_n(&dri_shm_blk(c->r)->cpu, S.cpu, __ATOMIC_RELAXED);
+	if (!sched_setaffinity(0, sizeof(one), &one)) {
+		(void)sched_setaffinity(0, sizeof(had), &had);
+		S.moved_ms = now;
+	}
 	note_cpu(c);
 }
 
@@ -486,9 +520,7 @@ static int spin_wait(struct call *c)
 	int64_t end = 0;
 
 	for (unsigned k = 0;; k++) {
-		int w = waiting_for(c);
-
-		if (w < 0)
+		if (waiting_for(c) < 0)
 			return 1;
 		if (dri_shm_pending() || !S.spin_us)
 			return 0;
@@ -506,7 +538,7 @@ static int spin_wait(struct call *c)
 			sched_yield();
 		} else if (k % 16 == 15) {
 			if (k == 15)
-				unstack(c, w);
+				rebalance(c);
 			sched_yield();
 		} else {
 			cpu_relax();
