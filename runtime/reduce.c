@@ -167,49 +167,39 @@ typedef void (*kernel_fn)(void *restrict inout, const void *restrict in,
 typedef void (*kernel3_fn)(void *restrict out, const void *restrict a,
 			   const void *restrict b, size_t n);
 
-/* One kernel, two forms: a[i] = EXPR of x = a[i], y = b[i]; and
- * fname##3, o[i] = the same EXPR of x = a[i], y = b[i] (the same bits as
- * copying a to o first).  Blocks of 16 with a fixed inner trip count, then
- * the tail: gcc -O2's "very cheap" vectoriser only takes a loop whose
- * trip count it knows to be a multiple of the vector width (a plain loop
- * over n stays scalar, and so did float64 with n rounded down to 16). */
-#define KERNEL(fname, T, EXPR)                                                \
-	KERNEL2(fname, T, EXPR)                                               \
-	KERNEL3(fname##3, T, EXPR)
-#define KERNEL3(fname, T, EXPR)                                               \
-	static void fname(void *restrict vo, const void *restrict va,        \
-			  const void *restrict vb, size_t n)                  \
-	{                                                                     \
-		T *restrict o = vo;                                           \
-		const T *restrict a = va;                                     \
-		const T *restrict b = vb;                                     \
-		size_t i = 0;                                                 \
-		for (; i + 16 <= n; i += 16)                                  \
-			for (size_t j = 0; j < 16; j++) {                     \
-				T x = a[i + j], y = b[i + j];                 \
-				o[i + j] = (T)(EXPR);                         \
-			}                                                     \
-		for (; i < n; i++) {                                          \
-			T x = a[i], y = b[i];                                 \
-			o[i] = (T)(EXPR);                                     \
+/* One kernel, two forms: fname, a[i] = EXPR of x = a[i], y = b[i]; and
+ * fname##3, o[i] = the same EXPR (the same bits as copying a to o first).
+ * One loop (KERNEL_LOOP) for both: blocks of 16 with a fixed inner trip
+ * count, then the tail: gcc -O2's "very cheap" vectoriser only takes a
+ * loop whose trip count it knows to be a multiple of the vector width (a
+ * plain loop over n stays scalar, and so did float64 with n rounded down
+ * to 16). */
+#define KERNEL_LOOP(o, a, b, T, EXPR)                                         \
+	size_t i = 0;                                                         \
+	for (; i + 16 <= n; i += 16)                                          \
+		for (size_t j = 0; j < 16; j++) {                             \
+			T x = a[i + j], y = b[i + j];                         \
+			o[i + j] = (T)(EXPR);                                 \
 		}                                                             \
+	for (; i < n; i++) {                                                  \
+		T x = a[i], y = b[i];                                         \
+		o[i] = (T)(EXPR);                                             \
 	}
-#define KERNEL2(fname, T, EXPR)                                               \
+#define KERNEL(fname, T, EXPR)                                                \
 	static void fname(void *restrict va, const void *restrict vb,        \
 			  size_t n)                                           \
 	{                                                                     \
 		T *restrict a = va;                                           \
 		const T *restrict b = vb;                                     \
-		size_t i = 0;                                                 \
-		for (; i + 16 <= n; i += 16)                                  \
-			for (size_t j = 0; j < 16; j++) {                     \
-				T x = a[i + j], y = b[i + j];                 \
-				a[i + j] = (T)(EXPR);                         \
-			}                                                     \
-		for (; i < n; i++) {                                          \
-			T x = a[i], y = b[i];                                 \
-			a[i] = (T)(EXPR);                                     \
-		}                                                             \
+		KERNEL_LOOP(a, a, b, T, EXPR)                                 \
+	}                                                                     \
+	static void fname##3(void *restrict vo, const void *restrict va,     \
+			     const void *restrict vb, size_t n)               \
+	{                                                                     \
+		T *restrict o = vo;                                           \
+		const T *restrict a = va;                                     \
+		const T *restrict b = vb;                                     \
+		KERNEL_LOOP(o, a, b, T, EXPR)                                 \
 	}
 
 /* Integers: T the type, U its unsigned twin for wrapping arithmetic.  The
@@ -263,7 +253,27 @@ HALF_KERNELS(bf16, bf16_to_f32, f32_to_bf16)
 #include <cpuid.h>
 #include <immintrin.h>
 
+/* Both forms, as KERNEL's: 8 values at a time, the tail portable. */
+#define F16C_LOOP(o, a, b, VEXPR)                                             \
+	size_t i = 0;                                                         \
+	for (; i + 8 <= n; i += 8) {                                          \
+		__m256 x = _mm256_cvtph_ps(                                   \
+			_mm_loadu_si128((const __m128i *)(a + i)));           \
+		__m256 y = _mm256_cvtph_ps(                                   \
+			_mm_loadu_si128((const __m128i *)(b + i)));           \
+		_mm_storeu_si128((__m128i *)(o + i),                          \
+				 _mm256_cvtps_ph(VEXPR,                       \
+						 _MM_FROUND_TO_NEAREST_INT)); \
+	}
 #define F16C_KERNEL(op, VEXPR)                                                \
+	__attribute__((target("avx,f16c"))) static void f16c_##op(            \
+		void *restrict va, const void *restrict vb, size_t n)         \
+	{                                                                     \
+		uint16_t *restrict a = va;                                    \
+		const uint16_t *restrict b = vb;                              \
+		F16C_LOOP(a, a, b, VEXPR)                                     \
+		f16_##op(a + i, b + i, n - i); /* the tail */                 \
+	}                                                                     \
 	__attribute__((target("avx,f16c"))) static void f16c_##op##3(         \
 		void *restrict vo, const void *restrict va,                   \
 		const void *restrict vb, size_t n)                            \
@@ -271,34 +281,8 @@ HALF_KERNELS(bf16, bf16_to_f32, f32_to_bf16)
 		uint16_t *restrict o = vo;                                    \
 		const uint16_t *restrict a = va;                              \
 		const uint16_t *restrict b = vb;                              \
-		size_t i = 0;                                                 \
-		for (; i + 8 <= n; i += 8) {                                  \
-			__m256 x = _mm256_cvtph_ps(                           \
-				_mm_loadu_si128((const __m128i *)(a + i)));   \
-			__m256 y = _mm256_cvtph_ps(                           \
-				_mm_loadu_si128((const __m128i *)(b + i)));   \
-			_mm_storeu_si128((__m128i *)(o + i),                  \
-					 _mm256_cvtps_ph(VEXPR,               \
-					 _MM_FROUND_TO_NEAREST_INT));         \
-		}                                                             \
+		F16C_LOOP(o, a, b, VEXPR)                                     \
 		f16_##op##3(o + i, a + i, b + i, n - i); /* the tail */       \
-	}                                                                     \
-	__attribute__((target("avx,f16c"))) static void f16c_##op(            \
-		void *restrict va, const void *restrict vb, size_t n)         \
-	{                                                                     \
-		uint16_t *restrict a = va;                                    \
-		const uint16_t *restrict b = vb;                              \
-		size_t i = 0;                                                 \
-		for (; i + 8 <= n; i += 8) {                                  \
-			__m256 x = _mm256_cvtph_ps(                           \
-				_mm_loadu_si128((const __m128i *)(a + i)));   \
-			__m256 y = _mm256_cvtph_ps(                           \
-				_mm_loadu_si128((const __m128i *)(b + i)));   \
-			_mm_storeu_si128((__m128i *)(a + i),                  \
-					 _mm256_cvtps_ph(VEXPR,               \
-					 _MM_FROUND_TO_NEAREST_INT));         \
-		}                                                             \
-		f16_##op(a + i, b + i, n - i); /* the tail */                 \
 	}
 
 /* min_ps/max_ps return their second operand if either is NaN, so only a
@@ -329,42 +313,41 @@ static int use_f16c(void)
 	return use;
 }
 
-static kernel_fn f16c_kernel(dr_op op)
+/* F16C's kernels for op: sum (AVG too), prod, min, max; -1 for none. */
+static int f16c_index(dr_op op)
 {
 	if (!use_f16c())
-		return NULL;
+		return -1;
 	switch (op) {
 	case DR_SUM:
 	case DR_AVG:
-		return f16c_sum;
+		return 0;
 	case DR_PRODUCT:
-		return f16c_prod;
+		return 1;
 	case DR_MIN:
-		return f16c_min;
+		return 2;
 	case DR_MAX:
-		return f16c_max;
+		return 3;
 	default:
-		return NULL;
+		return -1;
 	}
+}
+
+static kernel_fn f16c_kernel(dr_op op)
+{
+	static const kernel_fn k[] = { f16c_sum, f16c_prod, f16c_min, f16c_max };
+	int i = f16c_index(op);
+
+	return i < 0 ? NULL : k[i];
 }
 
 static kernel3_fn f16c_kernel3(dr_op op)
 {
-	if (!use_f16c())
-		return NULL;
-	switch (op) {
-	case DR_SUM:
-	case DR_AVG:
-		return f16c_sum3;
-	case DR_PRODUCT:
-		return f16c_prod3;
-	case DR_MIN:
-		return f16c_min3;
-	case DR_MAX:
-		return f16c_max3;
-	default:
-		return NULL;
-	}
+	static const kernel3_fn k[] = { f16c_sum3, f16c_prod3, f16c_min3,
+					f16c_max3 };
+	int i = f16c_index(op);
+
+	return i < 0 ? NULL : k[i];
 }
 #else
 static kernel_fn f16c_kernel(dr_op op)
@@ -416,6 +399,14 @@ dr_err dri_reduce_check(dr_dtype dtype, dr_op op)
 	return DR_OK;
 }
 
+/* Whether [a, a + n) and [b, b + n) overlap. */
+static int overlap(const void *a, const void *b, size_t n)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y + n && y < x + n;
+}
+
 dr_err dri_reduce(void *inout, const void *in, size_t count, dr_dtype dtype,
 		  dr_op op)
 {
@@ -430,22 +421,13 @@ dr_err dri_reduce(void *inout, const void *in, size_t count, dr_dtype dtype,
 
 	/* The kernels' restrict promise: the two ranges must not overlap. */
 	size_t bytes = count * dtype_sizes[dtype];
-	uintptr_t a = (uintptr_t)inout, b = (uintptr_t)in;
-	if (a < b + bytes && b < a + bytes)
+	if (overlap(inout, in, bytes))
 		return dri_fail(DR_EINVAL, "reduce buffers overlap (%p and %p, %zu bytes)",
 				inout, in, bytes);
 
 	kernel_fn fn = dtype == DR_FLOAT16 ? f16c_kernel(op) : NULL;
 	(fn ? fn : kernels[dtype][op])(inout, in, count);
 	return DR_OK;
-}
-
-/* Whether [a, a + n) and [b, b + n) overlap. */
-static int overlap(const void *a, const void *b, size_t n)
-{
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-
-	return x < y + n && y < x + n;
 }
 
 dr_err dri_reduce3(void *out, const void *a, const void *b, size_t count,

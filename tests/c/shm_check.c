@@ -59,10 +59,10 @@
  *                 (all but the last rank reduce to it); the writers
  *                 print "rank R: left", the readers "rank R: leave ok"
  *   stacked ITERS every rank moves onto the CPU rank 0 runs on (an
- *                 affinity of that CPU alone), barriers for 20 ms, then allows
- *                 itself its CPUs again and runs ITERS barriers: ranks
- *                 that do not outnumber the CPUs must end on CPUs of
- *                 their own (the kernel would leave them queued on one
+ *                 affinity of that CPU alone), runs barriers for 20 ms,
+ *                 then allows itself its CPUs again and runs ITERS
+ *                 barriers: ranks that do not outnumber the CPUs must
+ *                 end on CPUs of their own (the kernel would leave them queued on one
  *                 for 10 ms and more); rank 0 prints "rank 0: cpus C0
  *                 C1 ..." and every rank exits 1 if two share one
  *   late SECONDS  the last rank sleeps SECONDS before a 64 MiB all_reduce;
@@ -174,8 +174,8 @@ static int mode_stacked(int iters)
 	char line[512];
 	size_t at;
 
-	if (size > 64 || sched_getaffinity(0, sizeof(had), &had))
-		DIE("stacked: at most 64 ranks, and an affinity mask");
+	if (size > 64 || cpu < 0 || sched_getaffinity(0, sizeof(had), &had))
+		DIE("stacked: at most 64 ranks, a CPU number and an affinity mask");
 	TRY(dr_broadcast(&cpu, 1, DR_INT32, 0, NULL, NULL));
 	CPU_ZERO(&one);
 	CPU_SET(cpu, &one);
