@@ -71,8 +71,10 @@
  *   DISTRUN_SHM_DIRECT=on, one copy was measured faster than two.
  *
  * Waiting: a rank first spins on the flag without the transport's lock
- * (pausing and yielding every 16th look, or yielding at every look when
- * ranks outnumber the cores it may use), for DISTRUN_SPIN_US at most; then it waits in the transport
+ * (pausing and yielding every 16th look; when ranks outnumber the cores
+ * it may use, yielding at every look while a rank it waits for said it
+ * runs on its CPU, else pausing and yielding every YIELD_EVERY-th), for
+ * DISTRUN_SPIN_US at most; then it waits in the transport
  * (dri_transport_flag_wait), which sleeps on the rank's doorbell futex
  * and looks at the launcher's abort word, the peers' processes, the
  * deadline and messages that show a mismatched call.  An arriving rank
@@ -80,9 +82,13 @@
  * When the ranks of this host outnumber its CPUs more than
  * SPIN_MAX_PER_CPU to one, a waiting rank sleeps at once: with that many
  * spinning, the rank waited for rarely gets a CPU (the measurements that
- * set the limit: README, Benchmarks).  With no more ranks than CPUs,
- * every rank says which CPU it runs on, and a waiting rank whose CPU has
- * more ranks than another it may use moves (rebalance).
+ * set the limit: README, Benchmarks).  Every rank says which CPU it
+ * runs on, and a waiting rank whose CPU has more ranks than another it
+ * may use moves (rebalance).
+ *
+ * A rank reads a peer's record of the call the moment it sees the
+ * peer's up reach the call's first phase (the same line: no transfer
+ * of its own), and checks them once all have arrived (see_call).
  *
  * Mismatches: before it arrives at a call's first phase, a rank
  * publishes the call (seq, collective, count, dtype, op, root) in the
@@ -195,6 +201,9 @@ static struct {
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
 	int configured, off, oversub;
 	int cpu;               /* 1 + the CPU last published (seg.h: cpu) */
+	cpu_set_t allowed;     /* the CPUs it may run on, as last seen */
+	int nallowed;          /* how many (0: unknown) */
+	uint64_t allowed_n;    /* S.ncall when last seen */
 	int64_t moved_ms;      /* when rebalance last moved this thread */
 	unsigned generation;   /* dri_shm_generation() configured for */
 	int64_t spin_us;
@@ -205,7 +214,22 @@ static struct {
 				* than CPUs (the same on every rank) */
 	size_t chunk;          /* bytes of a half used per phase */
 	const char *in[DRI_SEG_SHM_MAX]; /* reduction inputs, rank order */
+	int nblk;              /* ranks blk holds (0: none yet) */
+	dri_seg_rank *blk[DRI_SEG_SHM_MAX]; /* dri_shm_blk(i), kept */
+	/* Flat: the record of the call in flight of each rank, read the
+	 * moment its up was seen at the call's first phase (the same line,
+	 * the same transfer), for the check once all have arrived; valid
+	 * while n1 is the call's number + 1. */
+	struct {
+		uint64_t n1;
+		dri_msg_id id;
+	} seen[DRI_SHM_FLAT_MAX];
 } S;
+
+static dri_seg_rank *blk_of(int i)
+{
+	return S.blk[i];
+}
 
 /* The call being run. */
 struct call {
@@ -233,6 +257,26 @@ static void cpu_relax(void)
 #endif
 }
 
+/* Asks for the line of w for writing, ahead of the stores: the peers
+ * hold it (they read it), and the store that publishes waits for it. */
+static void prefetch_w(const void *w)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)w));
+#else
+	__builtin_prefetch(w, 1, 3);
+#endif
+}
+
+/* The CPUs this thread may use, into S.allowed; 0 if unknown. */
+static int allowed_get(void)
+{
+	S.allowed_n = S.ncall;
+	S.nallowed = sched_getaffinity(0, sizeof(S.allowed), &S.allowed)
+			     ? 0 : CPU_COUNT(&S.allowed);
+	return S.nallowed;
+}
+
 static void configure(void)
 {
 	const char *e = getenv("DISTRUN_SHM_COLL"), *spin = getenv("DISTRUN_SPIN_US");
@@ -250,6 +294,7 @@ static void configure(void)
 	S.oversub = dri_shm_oversubscribed();
 	S.cpu = -1;
 	S.moved_ms = 0;
+	allowed_get();
 	S.direct_mode = dri_shm_direct_mode();
 	S.direct = S.direct_mode == DRI_SHM_DIRECT_OFF ? -1 : 0;
 	S.crowded = 0;
@@ -266,6 +311,8 @@ static void configure(void)
 	memset(S.need, 0, sizeof(S.need));
 	memset(S.need_sub, 0, sizeof(S.need_sub));
 	memset(S.past, 0, sizeof(S.past));
+	S.nblk = 0;
+	memset(S.seen, 0, sizeof(S.seen));
 	S.generation = dri_shm_generation();
 	S.configured = 1;
 }
@@ -313,6 +360,10 @@ static void rec_call(const struct call *c, const struct rec *rec, int peer,
 		*id = rec->id;
 		return;
 	}
+	if (strict && !c->tree && S.seen[peer].n1 == rec->n + 1) {
+		*id = S.seen[peer].id;
+		return;
+	}
 	if (!dri_shm_read_call(peer, (int)(rec->n % DRI_SEG_CALLS), rec->id.seq,
 			       strict ? rec->first : 0, id))
 		memset(id, 0, sizeof(*id));
@@ -346,11 +397,21 @@ static int child_differs(const struct call *c, int child)
 static int missing_below(const struct call *c, int child)
 {
 	for (int k = 1; k <= TREE_K && TREE_K * child + k < c->p; k++)
-		if (load(&dri_shm_blk(TREE_K * child + k)->up) < c->e) {
+		if (load(&blk_of(TREE_K * child + k)->up) < c->e) {
 			child = TREE_K * child + k;
 			k = 0;
 		}
 	return child;
+}
+
+/* Keeps rank peer's record of the call (flat, first phase: its up has
+ * reached it), for check_all. */
+static void see_call(const struct call *c, int peer)
+{
+	if (!dri_shm_read_call(peer, (int)(c->rec.n % DRI_SEG_CALLS),
+			       c->rec.id.seq, c->rec.first, &S.seen[peer].id))
+		memset(&S.seen[peer].id, 0, sizeof(S.seen[peer].id));
+	S.seen[peer].n1 = c->rec.n + 1;
 }
 
 /* The rank still waited for at phase c->e, or -1 once the phase is
@@ -361,7 +422,7 @@ static int waiting_for(void *arg)
 	struct call *c = arg;
 
 	if (!c->tree && c->from >= 0) {
-		dri_seg_rank *b = dri_shm_blk(c->from);
+		dri_seg_rank *b = blk_of(c->from);
 
 		if (load(&b->up) >= c->e)
 			return -1;
@@ -380,11 +441,13 @@ static int waiting_for(void *arg)
 
 			if (c->cursor == c->r)
 				continue;
-			b = dri_shm_blk(c->cursor);
+			b = blk_of(c->cursor);
 			if (load(&b->up) < c->e) {
 				want(c, &b->up, c->e);
 				return c->cursor;
 			}
+			if (c->first)
+				see_call(c, c->cursor);
 		}
 		return -1;
 	}
@@ -395,7 +458,7 @@ static int waiting_for(void *arg)
 
 			if (child >= c->p)
 				break;
-			b = dri_shm_blk(child);
+			b = blk_of(child);
 			if (load(&b->up) < c->e) {
 				want(c, &b->up, c->e);
 				return missing_below(c, child);
@@ -405,14 +468,14 @@ static int waiting_for(void *arg)
 				return -1;
 			}
 		}
-		publish(&dri_shm_blk(c->r)->up, c->e);
+		publish(&blk_of(c->r)->up, c->e);
 		if (c->r)
 			dri_shm_ring_peer(tree_parent(c->r));
 		c->stage = 1;
 	}
 	if (c->stage == 1) {
 		if (c->r) {
-			dri_seg_rank *b = dri_shm_blk(tree_parent(c->r));
+			dri_seg_rank *b = blk_of(tree_parent(c->r));
 
 			if (load(&b->down) < c->e) {
 				want(c, &b->down, c->e);
@@ -423,7 +486,7 @@ static int waiting_for(void *arg)
 							   : tree_parent(c->r);
 			}
 		}
-		publish(&dri_shm_blk(c->r)->down, c->e);
+		publish(&blk_of(c->r)->down, c->e);
 		for (int k = 1; k <= TREE_K && TREE_K * c->r + k < c->p; k++)
 			dri_shm_ring_peer(TREE_K * c->r + k);
 		c->stage = 2;
@@ -439,7 +502,7 @@ static void note_cpu(const struct call *c)
 	k = k < 0 ? 0 : k + 1;
 	if (k != S.cpu) {
 		S.cpu = k;
-		__atomic_store_n(&dri_shm_blk(c->r)->cpu, k, __ATOMIC_RELAXED);
+		__atomic_store_n(&blk_of(c->r)->cpu, k, __ATOMIC_RELAXED);
 	}
 }
 
@@ -455,14 +518,22 @@ static void note_cpu(const struct call *c)
  * fewest: it allows itself that CPU alone, which makes the kernel move
  * it at once, then every CPU it had again.  Ranks that share a CPU do
  * not run at once, so the first to wait moves and the others see it
- * gone.  A rank moves at most once every MOVE_MS.  Flat calls only (up
+ * gone.  With more ranks than CPUs the same holds for their share:
+ * 3 ranks on one of 2 CPUs and 1 on the other cost a switch more each
+ * call than 2 and 2, so one of the 3 moves (the spin that does not
+ * yield to ranks elsewhere makes the kernel's balancing slower still);
+ * there rebalance runs at every wait, and looks at the CPUs it may use
+ * every ALLOWED_CALLS calls while that was one.  A rank moves at most
+ * once every MOVE_MS.  Flat calls only (up
  * to DRI_SHM_FLAT_MAX ranks). */
 #define MOVE_MS 10
+#define ALLOWED_CALLS 32
+
 static void rebalance(const struct call *c)
 {
 	int32_t pub[DRI_SHM_FLAT_MAX];
-	int here = 0, best = -1, best_n = DRI_SHM_FLAT_MAX + 1;
-	cpu_set_t had, one;
+	int here = 0, best = -1, best_n = DRI_SHM_FLAT_MAX + 1, used = 0;
+	cpu_set_t one;
 	int64_t now;
 
 	if (c->tree)
@@ -470,46 +541,111 @@ static void rebalance(const struct call *c)
 	/* Where we are now: the kernel may have moved us since the call
 	 * began (and another rank that looks may take us for still here). */
 	note_cpu(c);
-	if (S.cpu <= 0)
+	if (S.cpu <= 0 || !CPU_ISSET(S.cpu - 1, &S.allowed))
 		return;
 	for (int i = 0; i < c->p; i++) {
 		pub[i] = i == c->r ? S.cpu
-			 : __atomic_load_n(&dri_shm_blk(i)->cpu, __ATOMIC_RELAXED);
+			 : __atomic_load_n(&blk_of(i)->cpu, __ATOMIC_RELAXED);
 		here += pub[i] == S.cpu;
 	}
 	if (here < 2)
 		return;
-	now = dri_now_ms();
-	if (S.moved_ms && now - S.moved_ms < MOVE_MS)
-		return;
-	if (sched_getaffinity(0, sizeof(had), &had) || CPU_COUNT(&had) < 2)
-		return;
-	for (int cpu = 0; cpu < CPU_SETSIZE && best_n != 0; cpu++) {
-		int n = 0;
+	if (S.nallowed < 2) {
+		/* One CPU allowed when last seen: look again (the set may
+		 * have grown since: taskset -p, cgroups), at every call
+		 * that waits long with a CPU each, every ALLOWED_CALLS
+		 * calls where ranks outnumber the CPUs (there every call
+		 * looks here). */
+		if (S.oversub && S.ncall - S.allowed_n < ALLOWED_CALLS)
+			return;
+		allowed_get();
+		if (S.nallowed < 2)
+			return;
+	}
+	/* The fewest ranks on another CPU we may use: none if the ranks
+	 * use fewer of them than there are (the usual case, with more
+	 * CPUs than ranks, costs no walk of the set), else the least
+	 * crowded of theirs.  O(p^2) with p <= DRI_SHM_FLAT_MAX. */
+	for (int i = 0; i < c->p; i++) {
+		int n = 0, seen = 0;
 
-		if (cpu == S.cpu - 1 || !CPU_ISSET(cpu, &had))
+		if (pub[i] <= 0 || !CPU_ISSET(pub[i] - 1, &S.allowed))
 			continue;
-		for (int i = 0; i < c->p; i++)
-			n += pub[i] == cpu + 1;
-		if (n < best_n) {
-			best = cpu;
+		for (int j = 0; j < c->p; j++) {
+			n += pub[j] == pub[i];
+			seen |= j < i && pub[j] == pub[i];
+		}
+		if (seen)
+			continue;
+		used++;
+		if (pub[i] != S.cpu && n < best_n) {
+			best = pub[i] - 1;
 			best_n = n;
+		}
+	}
+	if (used < S.nallowed) {
+		best_n = 0;
+		for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+			int taken = 0;
+
+			if (!CPU_ISSET(cpu, &S.allowed))
+				continue;
+			for (int i = 0; i < c->p && !taken; i++)
+				taken = pub[i] == cpu + 1;
+			if (!taken) {
+				best = cpu;
+				break;
+			}
 		}
 	}
 	/* Only if that evens them out: here - 1 on ours, best_n + 1 there. */
 	if (best < 0 || best_n + 1 >= here)
+		return;
+	now = dri_now_ms();
+	if (S.moved_ms && now - S.moved_ms < MOVE_MS)
+		return;
+	/* The set may have changed since configure (taskset -p, cgroups):
+	 * move only within the one we have now, and give it back. */
+	if (!allowed_get() || !CPU_ISSET(best, &S.allowed))
 		return;
 	CPU_ZERO(&one);
 	CPU_SET(best, &one);
 	/* Say where we go first: a rank that shares our CPU runs the moment
 	 * we leave it, and must not take us for still there and move too. */
 	S.cpu = best + 1;
-	__atomic_store_n(&dri_shm_blk(c->r)->cpu, S.cpu, __ATOMIC_RELAXED);
+	__atomic_store_n(&blk_of(c->r)->cpu, S.cpu, __ATOMIC_RELAXED);
 	if (!sched_setaffinity(0, sizeof(one), &one)) {
-		(void)sched_setaffinity(0, sizeof(had), &had);
+		(void)sched_setaffinity(0, sizeof(S.allowed), &S.allowed);
 		S.moved_ms = now;
 	}
 	note_cpu(c);
+}
+
+/* With more ranks than CPUs (flat calls): whether a rank that has not
+ * reached c->e said it runs on this rank's CPU, or said nothing.  Only
+ * then does yielding let it on; otherwise the ranks still to come run
+ * elsewhere, and a yield would only hand the CPU to a sibling that has
+ * arrived and waits too (measured on 4 ranks on 2 CPUs: 1.65 switches
+ * a call a CPU, 0.66 us each, where 1 does).  A CPU published at the
+ * call's begin may be stale (the kernel moved the rank since): the
+ * spin yields every YIELD_EVERY looks whatever it finds. */
+#define YIELD_EVERY 64
+static int sibling_due(const struct call *c)
+{
+	if (c->tree || S.cpu <= 0)
+		return 1;
+	for (int i = 0; i < c->p; i++) {
+		const dri_seg_rank *b;
+		int32_t k;
+
+		if (i == c->r)
+			continue;
+		b = blk_of(i);
+		k = __atomic_load_n(&b->cpu, __ATOMIC_RELAXED);
+		if ((k == S.cpu || k <= 0) && load(&b->up) < c->e)
+			return 1;
+	}
+	return 0;
 }
 
 /* Spins on the flags without the transport's lock, for S.spin_us at
@@ -535,7 +671,12 @@ static int spin_wait(struct call *c)
 		/* Yield now and then even with a core each: on a busy
 		 * machine the rank we wait for may share ours. */
 		if (S.oversub) {
-			sched_yield();
+			if (k == 0)
+				rebalance(c);
+			if (k % YIELD_EVERY == YIELD_EVERY - 1 || sibling_due(c))
+				sched_yield();
+			else
+				cpu_relax();
 		} else if (k % 16 == 15) {
 			if (k == 15)
 				rebalance(c);
@@ -605,28 +746,29 @@ static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e)
  * peers read once up shows the phase. */
 static void begin(struct call *c)
 {
-	if (!S.oversub)
-		note_cpu(c);
+	note_cpu(c);
 	c->e = ++S.phase;
 	c->rec.last = c->e;
 	if (c->first) {
 		const dri_msg_id *id = &c->op->id;
 		dri_seg_call *rec =
-			&dri_shm_blk(c->r)->call[c->rec.n % DRI_SEG_CALLS];
+			&blk_of(c->r)->call[c->rec.n % DRI_SEG_CALLS];
 
 		c->rec.first = c->e;
 		write_rec(rec, id, c->e);
 		/* and its copy on up's line (seg.h) */
-		write_rec(&dri_shm_blk(c->r)->last, id, c->e);
+		write_rec(&blk_of(c->r)->last, id, c->e);
 	}
 }
 
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */
 static void arrive(struct call *c)
 {
-	publish(&dri_shm_blk(c->r)->up, c->e);
+	publish(&blk_of(c->r)->up, c->e);
 	for (int i = 0; i < c->p; i++)
-		dri_shm_ring_peer(i);
+		if (i != c->r &&
+		    __atomic_load_n(&blk_of(i)->waiting, __ATOMIC_SEQ_CST))
+			dri_shm_ring_peer(i);
 }
 
 /* Waits until waiting_for says the phase c->e is passed (for c->from,
@@ -894,7 +1036,7 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 /* The address rank i published (seg.h: xaddr or probe_addr). */
 static uint64_t peer_addr(int i, int probe)
 {
-	dri_seg_rank *b = dri_shm_blk(i);
+	dri_seg_rank *b = blk_of(i);
 
 	return __atomic_load_n(probe ? &b->probe_addr : &b->xaddr,
 			       __ATOMIC_RELAXED);
@@ -903,7 +1045,7 @@ static uint64_t peer_addr(int i, int probe)
 /* n bytes at src in rank peer's memory into dst; 0, or the errno. */
 static int cma_copy(int peer, void *dst, uint64_t src, size_t n)
 {
-	pid_t pid = __atomic_load_n(&dri_shm_blk(peer)->pid, __ATOMIC_ACQUIRE);
+	pid_t pid = __atomic_load_n(&blk_of(peer)->pid, __ATOMIC_ACQUIRE);
 
 	for (size_t o = 0; o < n;) {
 		size_t k = n - o < DIRECT_PIECE ? n - o : DIRECT_PIECE;
@@ -995,7 +1137,7 @@ static int probe_good(const char *p, int i, uint64_t e, size_t n)
  * alone).  Every rank takes the same decision (S.direct). */
 static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 {
-	dri_seg_rank *me = dri_shm_blk(c->r);
+	dri_seg_rank *me = blk_of(c->r);
 	char *tmp = dri_scratch_get(n);
 	int64_t t0 = dri_now_ns(), in_ns, two = 0, one = 0;
 	int works = tmp && buf, faster = 0;
@@ -1027,7 +1169,7 @@ static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 	works = 1;
 	faster = S.crowded = 0;
 	for (int i = 0; i < c->p; i++) {
-		uint64_t v = __atomic_load_n(&dri_shm_blk(i)->probe_verdict,
+		uint64_t v = __atomic_load_n(&blk_of(i)->probe_verdict,
 					     __ATOMIC_RELAXED);
 
 		works &= (int)(v & 1);
@@ -1056,7 +1198,7 @@ out:
 static dr_err direct_start(struct call *c, size_t piece, size_t crowded_min,
 			   const void *addr, int *direct)
 {
-	dri_seg_rank *me = dri_shm_blk(c->r);
+	dri_seg_rank *me = blk_of(c->r);
 	size_t n = S.chunk < PROBE_BYTES ? S.chunk : PROBE_BYTES;
 	uint64_t *buf = NULL;
 	dr_err err;
@@ -1178,12 +1320,12 @@ static dr_err all_reduce_tiny(struct call *c)
 
 	if ((err = await_all(c, S.phase)))
 		return err;
-	memcpy(&dri_shm_blk(c->r)->tiny[(S.phase + 1) & 1], op->buf, n);
+	memcpy(&blk_of(c->r)->tiny[(S.phase + 1) & 1], op->buf, n);
 	if ((err = phase(c)))
 		return err;
 	for (int i = 0; i < c->p; i++)
 		S.in[i] = i == c->r ? op->buf
-				    : (const char *)&dri_shm_blk(i)->tiny[c->e & 1];
+				    : (const char *)&blk_of(i)->tiny[c->e & 1];
 	return reduce_ordered(c, op->buf, NULL, op->count);
 }
 
@@ -1474,7 +1616,7 @@ static dr_err spread_shm(struct call *c, int all)
  * in the current all_to_all_v, as it published it (seg.h). */
 static uint64_t a2av_count(int i, int send, int j)
 {
-	return __atomic_load_n(&dri_shm_blk(i)->a2av_counts[S.a2av & 1]
+	return __atomic_load_n(&blk_of(i)->a2av_counts[S.a2av & 1]
 			       [(send ? 0 : DRI_SEG_A2AV_MAX) + j],
 			       __ATOMIC_RELAXED);
 }
@@ -1530,7 +1672,7 @@ static dr_err a2av_shm(struct call *c)
 	size_t src[DRI_SEG_A2AV_MAX];
 	const char *in = op->sendbuf;
 	char *out = op->buf, *own = NULL;
-	uint64_t *pub = dri_shm_blk(r)->a2av_counts[++S.a2av & 1];
+	uint64_t *pub = blk_of(r)->a2av_counts[++S.a2av & 1];
 	dr_err err = DR_OK;
 
 	for (int i = 0; i < p; i++) {
@@ -1674,6 +1816,12 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	default:
 		return 0;
 	}
+	if (S.nblk != g->size) {
+		for (int i = 0; i < g->size; i++)
+			S.blk[i] = dri_shm_blk(i);
+		S.nblk = g->size;
+	}
+	prefetch_w(&S.blk[g->rank]->up);
 	memset(&c, 0, sizeof(c));
 	c.op = op;
 	c.p = g->size;

@@ -132,9 +132,9 @@ typedef struct {
 	 * (bit 0: it read every other rank right, bit 1: one copy was the
 	 * faster, bit 2: its host's ranks outnumber its CPUs).  cpu: 1 +
 	 * the CPU the rank saw itself on when its latest call through the
-	 * flags began (sched_getcpu), 0 before; kept while its host's
-	 * ranks do not outnumber the CPUs; written only when it changes
-	 * (coll_shm.c: rebalance). */
+	 * flags began (sched_getcpu), 0 before; written only when it
+	 * changes (coll_shm.c: rebalance, and the spin that yields only
+	 * to a rank on its CPU). */
 	uint64_t xaddr, probe_addr, probe_verdict;
 	int32_t cpu;
 	uint32_t pad4_;

@@ -63,8 +63,9 @@
  *                 then allows itself its CPUs again and runs ITERS
  *                 barriers: ranks that do not outnumber the CPUs must
  *                 end on CPUs of their own (the kernel would leave them queued on one
- *                 for 10 ms and more); rank 0 prints "rank 0: cpus C0
- *                 C1 ..." and every rank exits 1 if two share one
+ *                 for 10 ms and more), ranks that outnumber them no
+ *                 more than their share on any; rank 0 prints "rank 0:
+ *                 cpus C0 C1 ..." and every rank exits 1 if not
  *   late SECONDS  the last rank sleeps SECONDS before a 64 MiB all_reduce;
  *                 the others print the error they get and exit 0 on
  *                 DR_ETIMEDOUT (run with a short --timeout)
@@ -173,6 +174,7 @@ static int mode_stacked(int iters)
 	struct timespec t0, t1;
 	char line[512];
 	size_t at;
+	int ncpu;
 
 	if (size > 64 || cpu < 0 || sched_getaffinity(0, sizeof(had), &had))
 		DIE("stacked: at most 64 ranks, a CPU number and an affinity mask");
@@ -204,6 +206,21 @@ static int mode_stacked(int iters)
 				       (int)cpus[i]);
 	if (!rank)
 		printf("%s\n", line);
+	ncpu = CPU_COUNT(&had);
+	if (size > ncpu) {
+		/* More ranks than CPUs: none may have more than its share. */
+		for (int i = 0; i < size; i++) {
+			int n = 0;
+
+			for (int j = 0; j < size; j++)
+				n += cpus[j] == cpus[i];
+			if (n > (size + ncpu - 1) / ncpu)
+				DIE("%d ranks still share CPU %d after %d "
+				    "barriers (%d CPUs)", n, (int)cpus[i],
+				    iters, ncpu);
+		}
+		return 0;
+	}
 	for (int i = 0; i < size; i++)
 		for (int j = i + 1; j < size; j++)
 			if (cpus[i] == cpus[j])
