@@ -648,6 +648,25 @@ static int sibling_due(const struct call *c)
 	return 0;
 }
 
+/* Whether every rank of call c does the same work and waits for all:
+ * where ranks outnumber the CPUs, only such calls even them out
+ * (rebalance).  A rooted call's ranks do not begin together (the CPUs
+ * they published are of other moments), and its root works more. */
+static int symmetric(const struct call *c)
+{
+	switch (c->op->id.coll) {
+	case DRI_BARRIER:
+	case DRI_ALL_REDUCE:
+	case DRI_ALL_GATHER:
+	case DRI_REDUCE_SCATTER:
+	case DRI_ALL_TO_ALL:
+	case DRI_ALL_TO_ALL_V:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* Spins on the flags without the transport's lock, for S.spin_us at
  * most; 1 once the phase is passed, 0 to wait in the transport
  * (something for it to look at: a ring, the launcher's abort). */
@@ -671,7 +690,7 @@ static int spin_wait(struct call *c)
 		/* Yield now and then even with a core each: on a busy
 		 * machine the rank we wait for may share ours. */
 		if (S.oversub) {
-			if (k == 0)
+			if (k == 0 && symmetric(c))
 				rebalance(c);
 			if (k % YIELD_EVERY == YIELD_EVERY - 1 || sibling_due(c))
 				sched_yield();
