@@ -257,17 +257,6 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Asks for the line of w for writing, ahead of the stores: the peers
- * hold it (they read it), and the store that publishes waits for it. */
-static void prefetch_w(const void *w)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)w));
-#else
-	__builtin_prefetch(w, 1, 3);
-#endif
-}
-
 /* The CPUs this thread may use, into S.allowed; 0 if unknown. */
 static int allowed_get(void)
 {
@@ -1840,7 +1829,6 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 			S.blk[i] = dri_shm_blk(i);
 		S.nblk = g->size;
 	}
-	prefetch_w(&S.blk[g->rank]->up);
 	memset(&c, 0, sizeof(c));
 	c.op = op;
 	c.p = g->size;

@@ -3,8 +3,10 @@
  * can cost: a flag per process in an anonymous shared mapping, nothing
  * else (no library, no checks, no timeout), timed as bench_coll times
  * distrun's (per iteration, the slowest process's time; the median over
- * the iterations).  Waiting yields the CPU at every look when the
- * processes outnumber the CPUs they may run on, else it pauses.
+ * the iterations).  Waiting pauses; when the processes outnumber the
+ * CPUs they may run on, it yields at every look while one it waits for
+ * said it runs on this CPU, and every 64th look else (as coll_shm.c
+ * does: yielding to a process that waits too only costs a switch).
  * scripts/bench-coll prints it beside the barrier's table, so that a
  * target below it reads as out of reach on this machine.
  *
@@ -32,7 +34,7 @@
 #define MAXP 64
 
 struct shared {
-	struct { uint64_t up; char pad[56]; } flag[MAXP];
+	struct { uint64_t up; int32_t cpu; char pad[52]; } flag[MAXP];
 	double t[]; /* [iteration][process] */
 };
 
@@ -112,16 +114,28 @@ int main(int argc, char **argv)
 	for (uint64_t e = 1; e <= (uint64_t)iters; e++) {
 		double t0 = now_s();
 
+		int me = sched_getcpu() + 1;
+
+		__atomic_store_n(&s->flag[r].cpu, me, __ATOMIC_RELAXED);
 		__atomic_store_n(&s->flag[r].up, e, __ATOMIC_SEQ_CST);
-		for (int j = 0; j < p; j++)
-			while (__atomic_load_n(&s->flag[j].up, __ATOMIC_ACQUIRE) < e) {
-				if (crowded)
-					sched_yield();
+		for (unsigned k = 0;; k++) {
+			int done = 1, due = 0;
+
+			for (int j = 0; j < p; j++)
+				if (__atomic_load_n(&s->flag[j].up, __ATOMIC_ACQUIRE) < e) {
+					done = 0;
+					due |= __atomic_load_n(&s->flag[j].cpu,
+							       __ATOMIC_RELAXED) == me;
+				}
+			if (done)
+				break;
+			if (crowded && (due || k % 64 == 63))
+				sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
-				else
-					__builtin_ia32_pause();
+			else
+				__builtin_ia32_pause();
 #endif
-			}
+		}
 		s->t[(e - 1) * (uint64_t)p + (uint64_t)r] = now_s() - t0;
 	}
 	if (r)
