@@ -530,7 +530,7 @@ static void rebalance(const struct call *c)
 	/* Where we are now: the kernel may have moved us since the call
 	 * began (and another rank that looks may take us for still here). */
 	note_cpu(c);
-	if (S.cpu <= 0 || !CPU_ISSET(S.cpu - 1, &S.allowed))
+	if (S.cpu <= 0)
 		return;
 	for (int i = 0; i < c->p; i++) {
 		pub[i] = i == c->r ? S.cpu
@@ -539,16 +539,15 @@ static void rebalance(const struct call *c)
 	}
 	if (here < 2)
 		return;
-	if (S.nallowed < 2) {
-		/* One CPU allowed when last seen: look again (the set may
-		 * have grown since: taskset -p, cgroups), at every call
-		 * that waits long with a CPU each, every ALLOWED_CALLS
-		 * calls where ranks outnumber the CPUs (there every call
-		 * looks here). */
+	if (S.nallowed < 2 || !CPU_ISSET(S.cpu - 1, &S.allowed)) {
+		/* One CPU allowed when last seen, or not ours: look again
+		 * (the set may have changed since: taskset -p, cgroups),
+		 * at every call that waits long with a CPU each, every
+		 * ALLOWED_CALLS calls where ranks outnumber the CPUs
+		 * (there every call looks here). */
 		if (S.oversub && S.ncall - S.allowed_n < ALLOWED_CALLS)
 			return;
-		allowed_get();
-		if (S.nallowed < 2)
+		if (allowed_get() < 2 || !CPU_ISSET(S.cpu - 1, &S.allowed))
 			return;
 	}
 	/* The fewest ranks on another CPU we may use: none if the ranks
@@ -572,8 +571,16 @@ static void rebalance(const struct call *c)
 			best_n = n;
 		}
 	}
-	if (used < S.nallowed) {
+	if (used < S.nallowed)
 		best_n = 0;
+	/* Only if that evens them out: here - 1 on ours, best_n + 1 there. */
+	if (best_n + 1 >= here)
+		return;
+	now = dri_now_ms();
+	if (S.moved_ms && now - S.moved_ms < MOVE_MS)
+		return;
+	if (!best_n) {
+		best = -1;
 		for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
 			int taken = 0;
 
@@ -587,11 +594,7 @@ static void rebalance(const struct call *c)
 			}
 		}
 	}
-	/* Only if that evens them out: here - 1 on ours, best_n + 1 there. */
-	if (best < 0 || best_n + 1 >= here)
-		return;
-	now = dri_now_ms();
-	if (S.moved_ms && now - S.moved_ms < MOVE_MS)
+	if (best < 0)
 		return;
 	/* The set may have changed since configure (taskset -p, cgroups):
 	 * move only within the one we have now, and give it back. */
