@@ -777,9 +777,7 @@ static void arrive(struct call *c)
 {
 	publish(&blk_of(c->r)->up, c->e);
 	for (int i = 0; i < c->p; i++)
-		if (i != c->r &&
-		    __atomic_load_n(&blk_of(i)->waiting, __ATOMIC_SEQ_CST))
-			dri_shm_ring_peer(i);
+		dri_shm_ring_peer(i);
 }
 
 /* Waits until waiting_for says the phase c->e is passed (for c->from,

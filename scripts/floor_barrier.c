@@ -10,7 +10,12 @@
  * scripts/bench-coll prints it beside the barrier's table, so that a
  * target below it reads as out of reach on this machine.
  *
- *   floor_barrier N [ITERS]    prints "op=barrier n=N bytes=0 us=X"
+ *   floor_barrier N [ITERS]    prints "op=barrier n=N bytes=0 loop_us=L
+ *                              us=X": L the mean of the loop on process 0
+ *                              past its first tenth (as
+ *                              scripts/bench-anchor times), X the
+ *                              median over the iterations of the
+ *                              slowest process's time (as bench_coll)
  *   floor_barrier handoff      prints "op=handoff us=X": two processes
  *                              pinned to one CPU pass a turn back and
  *                              forth with sched_yield; X is one pass, the
@@ -83,7 +88,8 @@ int main(int argc, char **argv)
 	long iters = argc > 2 ? atol(argv[2]) : 20000;
 	struct shared *s;
 	cpu_set_t cpus;
-	double *m;
+	double *m, loop0, loop;
+	uint64_t warm;
 
 	if (argc > 1 && !strcmp(argv[1], "handoff"))
 		return handoff();
@@ -111,8 +117,15 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
+	/* The loop's mean leaves out its first tenth, where the processes
+	 * forked last have not started yet. */
+	warm = (uint64_t)iters / 10;
+	loop0 = now_s();
 	for (uint64_t e = 1; e <= (uint64_t)iters; e++) {
 		double t0 = now_s();
+
+		if (e == warm + 1)
+			loop0 = t0;
 
 		int me = sched_getcpu() + 1;
 
@@ -138,6 +151,7 @@ int main(int argc, char **argv)
 		}
 		s->t[(e - 1) * (uint64_t)p + (uint64_t)r] = now_s() - t0;
 	}
+	loop = (now_s() - loop0) / (double)((uint64_t)iters - warm);
 	if (r)
 		return 0;
 	while (wait(NULL) > 0)
@@ -152,7 +166,7 @@ int main(int argc, char **argv)
 				m[i] = s->t[i * p + j];
 	}
 	qsort(m, (size_t)iters, sizeof(*m), cmp_double);
-	printf("op=barrier n=%d bytes=0 us=%.2f iters=%ld\n", p,
-	       m[iters / 2] * 1e6, iters);
+	printf("op=barrier n=%d bytes=0 loop_us=%.2f us=%.2f iters=%ld\n", p,
+	       loop * 1e6, m[iters / 2] * 1e6, iters);
 	return 0;
 }
