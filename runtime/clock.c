@@ -16,6 +16,24 @@ int64_t dri_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t dri_now_ms_late(void)
+{
+	/* The margin in ns: 0 until known, -1 without a coarse clock. */
+	static int64_t margin_ns;
+	int64_t m = __atomic_load_n(&margin_ns, __ATOMIC_RELAXED);
+	struct timespec ts;
+
+	if (!m) {
+		m = clock_getres(CLOCK_MONOTONIC_COARSE, &ts) ? -1
+			: 2 * ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+		__atomic_store_n(&margin_ns, m, __ATOMIC_RELAXED);
+	}
+	if (m < 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts))
+		return dri_now_ms();
+	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + m + 999999) /
+	       1000000;
+}
+
 int64_t dri_now_ns(void)
 {
 	struct timespec ts;

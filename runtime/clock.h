@@ -19,6 +19,13 @@ int64_t dri_now_ms(void);
 int64_t dri_now_ns(void);
 double dri_now_s(void);
 
+/* A time in milliseconds no earlier than dri_now_ms() and at most two
+ * ticks of the kernel's clock (1-4 ms each) later: CLOCK_MONOTONIC_COARSE
+ * plus that margin, read in a few ns where dri_now_ms() takes 25 and more
+ * on a VM.  For deadlines, set at every call (a deadline that far late
+ * is nothing), never for durations. */
+int64_t dri_now_ms_late(void);
+
 /* CLOCK_REALTIME in seconds since the epoch: only for times shown to
  * people (report start and end), never for a deadline. */
 double dri_real_s(void);

@@ -419,6 +419,9 @@ dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 					 "buf");
 	if (err)
 		return err;
+	if (!work && g == dri_world() &&
+	    dri_shm_quick(DRI_ALL_REDUCE, buf, count, dtype, redop, &err))
+		return err;
 	memset(&op, 0, sizeof(op));
 	dri_coll_op(&op, allreduce_run, DRI_ALL_REDUCE, g, NULL, buf, count,
 		    dtype, (int)redop, -1);

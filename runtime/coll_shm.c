@@ -117,6 +117,8 @@
 #include "coll.h"
 #include "coll_shm.h"
 #include "copy.h"
+#include "ctl.h"
+#include "cuda_driver.h"
 #include "shm.h"
 #include "transport.h"
 
@@ -199,6 +201,9 @@ static struct {
 	size_t sub_bytes;      /* of each small slot (0: none) */
 	size_t sub_off;        /* where they start in a half */
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
+	unsigned open;         /* bit k: past[k].open (close_past) */
+	unsigned waits;        /* oversubscribed: waits that looked at
+				* rebalancing, counted */
 	int configured, off, oversub;
 	int cpu;               /* 1 + the CPU last published (seg.h: cpu) */
 	cpu_set_t allowed;     /* the CPUs it may run on, as last seen */
@@ -300,6 +305,7 @@ static void configure(void)
 	memset(S.need, 0, sizeof(S.need));
 	memset(S.need_sub, 0, sizeof(S.need_sub));
 	memset(S.past, 0, sizeof(S.past));
+	S.open = S.waits = 0;
 	S.nblk = 0;
 	memset(S.seen, 0, sizeof(S.seen));
 	S.generation = dri_shm_generation();
@@ -682,7 +688,9 @@ static int spin_wait(struct call *c)
 		/* Yield now and then even with a core each: on a busy
 		 * machine the rank we wait for may share ours. */
 		if (S.oversub) {
-			if (k == 0 && symmetric(c))
+			/* Every 8th wait: moves are rare (MOVE_MS apart),
+			 * and this is on every call's path. */
+			if (k == 0 && symmetric(c) && !(S.waits++ % 8))
 				rebalance(c);
 			if (k % YIELD_EVERY == YIELD_EVERY - 1 || sibling_due(c))
 				sched_yield();
@@ -735,6 +743,26 @@ static dr_err check_all(const struct call *c, const struct rec *rec)
 			return mismatch(c, rec, 0, i);
 	}
 	return DR_OK;
+}
+
+/* Whether every other rank's record of this call, read when its up
+ * reached the call's first phase (see_call), is our call: then every
+ * rank made the same call, and check_all has nothing to find (it looks
+ * again, and names who differs, only when this says no). */
+static int same_as_seen(const struct call *c)
+{
+	for (int i = 0; i < c->p; i++)
+		if (i != c->r && (S.seen[i].n1 != c->rec.n + 1 ||
+				  !same_call(&S.seen[i].id, &c->rec.id)))
+			return 0;
+	return 1;
+}
+
+/* Past call o is checked (or about to be): no longer open. */
+static void close_past(struct rec *o)
+{
+	o->open = 0;
+	S.open &= ~(1u << (o->n % LAG));
 }
 
 /* Publishes call id of first phase e in rec: seq 0 while the fields
@@ -848,16 +876,16 @@ static dr_err phase(struct call *c)
 	if (c->first && !c->tree) {
 		/* Every rank is past the rooted calls before this one too:
 		 * check them now rather than LAG calls later (oldest first). */
-		for (int k = LAG; k >= 1; k--) {
+		for (int k = LAG; k >= 1 && S.open; k--) {
 			struct rec *o = &S.past[(c->rec.n + LAG - k) % LAG];
 
 			if (o->open && o->n < c->rec.n) {
-				o->open = 0;
+				close_past(o);
 				if ((err = check_all(c, o)))
 					return err;
 			}
 		}
-		if ((err = check_all(c, &c->rec)))
+		if (!same_as_seen(c) && (err = check_all(c, &c->rec)))
 			return err;
 	}
 	c->first = 0;
@@ -920,7 +948,7 @@ static dr_err settle(struct call *c)
 
 	if (!o->open)
 		return DR_OK;
-	o->open = 0;
+	close_past(o);
 	if ((err = await_all(c, o->last)))
 		return err;
 	return check_all(c, o);
@@ -929,10 +957,7 @@ static dr_err settle(struct call *c)
 /* Whether one of the last LAG calls is still to be checked. */
 static int any_open(void)
 {
-	for (int k = 0; k < LAG; k++)
-		if (S.past[k].open)
-			return 1;
-	return 0;
+	return S.open != 0;
 }
 
 /* The half of the slots for the next use (every rank takes the same);
@@ -1797,10 +1822,11 @@ out:
 
 /* ------------------------------------------------------------- entry */
 
+static dr_err run_call(dri_op *op);
+
 int dri_shm_coll(dri_op *op, dr_err *err)
 {
 	const dr_group *g = op->group;
-	struct call c;
 
 	if (!S.configured || S.generation != dri_shm_generation())
 		configure();
@@ -1830,6 +1856,17 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 			S.blk[i] = dri_shm_blk(i);
 		S.nblk = g->size;
 	}
+	*err = run_call(op);
+	return 1;
+}
+
+/* Runs op through the flags (dri_shm_coll found that it applies). */
+static dr_err run_call(dri_op *op)
+{
+	const dr_group *g = op->group;
+	struct call c;
+	dr_err err;
+
 	memset(&c, 0, sizeof(c));
 	c.op = op;
 	c.p = g->size;
@@ -1846,48 +1883,100 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	 * abort since (a peer's mismatch, its death) fails this one. */
 	if (any_open()) {
 		if (dri_shm_pending() &&
-		    (*err = dri_transport_stale_check(&op->id)))
-			return 1;
-		if (!c.tree && (*err = settle(&c)))
-			return 1;
+		    (err = dri_transport_stale_check(&op->id)))
+			return err;
+		if (!c.tree && (err = settle(&c)))
+			return err;
 	}
 	switch (op->id.coll) {
 	case DRI_BARRIER:
-		*err = barrier_shm(&c);
+		err = barrier_shm(&c);
 		break;
 	case DRI_ALL_REDUCE:
-		*err = all_reduce_shm(&c);
+		err = all_reduce_shm(&c);
 		break;
 	case DRI_BROADCAST:
-		*err = broadcast_shm(&c);
+		err = broadcast_shm(&c);
 		break;
 	case DRI_REDUCE:
-		*err = reduce_shm(&c);
+		err = reduce_shm(&c);
 		break;
 	case DRI_ALL_GATHER:
-		*err = gather_shm(&c, -1);
+		err = gather_shm(&c, -1);
 		break;
 	case DRI_GATHER:
-		*err = gather_shm(&c, op->root);
+		err = gather_shm(&c, op->root);
 		break;
 	case DRI_SCATTER:
-		*err = spread_shm(&c, 0);
+		err = spread_shm(&c, 0);
 		break;
 	case DRI_REDUCE_SCATTER:
-		*err = reduce_scatter_shm(&c);
+		err = reduce_scatter_shm(&c);
 		break;
 	case DRI_ALL_TO_ALL_V:
-		*err = a2av_shm(&c);
+		err = a2av_shm(&c);
 		break;
 	default:
-		*err = spread_shm(&c, 1);
+		err = spread_shm(&c, 1);
 		break;
 	}
 	/* A call with no data still meets the others once: its flags carry
 	 * the mismatch check, and every rank's phases stay in step.  (On an
-	 * error, dri_submit aborts the group: the others wait for us.) */
-	if (!*err && c.first)
-		*err = phase(&c);
+	 * error, the caller aborts the group: the others wait for us.) */
+	if (!err && c.first)
+		err = phase(&c);
 	S.past[c.rec.n % LAG] = c.rec;
+	if (c.rec.open)
+		S.open |= 1u << (c.rec.n % LAG);
+	else
+		S.open &= ~(1u << (c.rec.n % LAG));
+	return err;
+}
+
+int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
+		  dr_op redop, dr_err *err)
+{
+	dr_group *g = dri_world();
+	dri_op op;
+
+	/* What dri_shm_coll would find, from what its first call set up:
+	 * that call (and any a rooted call left to settle) takes the usual
+	 * way. */
+	if (!S.configured || S.generation != dri_shm_generation() || S.off ||
+	    !g || g->size > DRI_SHM_FLAT_MAX || S.nblk != g->size ||
+	    !dri_shm_all_local() || any_open())
+		return 0;
+	if (coll == DRI_ALL_REDUCE &&
+	    (count * dr_dtype_size(dtype) > sizeof(uint64_t) ||
+	     dri_cuda_ptr_device(buf) >= 0))
+		return 0;
+	/* dri_submit's order: a failed group fails the call before it
+	 * takes a number. */
+	if ((*err = dri_transport_check()))
+		return 1;
+	memset(&op, 0, sizeof(op));
+	if (!dri_world_take_seq(&op.id.seq))
+		return 0;
+	op.id.coll = coll;
+	op.id.count = count;
+	op.id.dtype = coll == DRI_ALL_REDUCE ? (int32_t)dtype : -1;
+	op.id.op = coll == DRI_ALL_REDUCE ? (int32_t)redop : -1;
+	op.id.root = -1;
+	op.group = g;
+	op.sendbuf = dri_or_empty(NULL);
+	op.buf = dri_or_empty(buf);
+	op.count = count;
+	op.dtype = dtype;
+	op.redop = redop;
+	op.root = -1;
+	op.device = -1;
+	/* run_op's part */
+	op.id.timeout_ms = dri_timeout_ms();
+	op.id.deadline = dri_deadline(op.id.timeout_ms);
+	dri_ctl_begin(&op.id, -1, 0);
+	*err = run_call(&op);
+	dri_ctl_end(*err);
+	if (*err)
+		dri_abandon(*err);
 	return 1;
 }

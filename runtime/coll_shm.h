@@ -15,4 +15,16 @@
  * then sends messages). */
 int dri_shm_coll(dri_op *op, dr_err *err);
 
+/* A blocking dr_barrier (coll DRI_BARRIER, the rest ignored) or
+ * dr_all_reduce of at most 8 bytes in host memory, on the world group,
+ * whose arguments the caller checked: when it runs through the flags
+ * with no earlier call to wait for (no asynchronous call of the world,
+ * no rooted call to settle), runs it here at once, without the op that
+ * dri_submit and run_op build, fill and copy (as long as the flags' own
+ * work: README, Benchmarks), and returns 1 with *err its status (the
+ * group aborted on an error, as run_op does); else 0, and the caller
+ * takes the usual way. */
+int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
+		  dr_op redop, dr_err *err);
+
 #endif /* DRI_COLL_SHM_H */

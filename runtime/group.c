@@ -110,6 +110,18 @@ dr_group *dri_world(void)
 	return G.on ? &G.world : NULL;
 }
 
+int dri_world_take_seq(uint64_t *seq)
+{
+	int ok;
+
+	pthread_mutex_lock(&G.mu);
+	ok = G.on && G.world.priv && !G.world_priv.pending;
+	if (ok)
+		*seq = G.world.seq++;
+	pthread_mutex_unlock(&G.mu);
+	return ok;
+}
+
 int dri_world_rank(void)
 {
 	return G.on ? G.world.rank : -1;

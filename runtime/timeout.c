@@ -59,6 +59,7 @@ int64_t dri_deadline(int64_t timeout_ms)
 {
 	int64_t t = timeout_ms > 0 ? timeout_ms : dri_timeout_ms();
 
-	/* dri_duration_parse bounds t, so this cannot overflow. */
-	return dri_now_ms() + t;
+	/* dri_duration_parse bounds t, so this cannot overflow.  A few ms
+	 * late at most, read at every call in a few ns. */
+	return dri_now_ms_late() + t;
 }

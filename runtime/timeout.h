@@ -27,7 +27,8 @@ void dri_timeout_clear(void);
  * before init DISTRUN_TIMEOUT (the default when absent or malformed). */
 int64_t dri_timeout_ms(void);
 /* The deadline (dri_now_ms() time) of a call starting now with timeout
- * timeout_ms, or with the job's timeout when timeout_ms <= 0. */
+ * timeout_ms, or with the job's timeout when timeout_ms <= 0; from the
+ * coarse clock, so up to two of its ticks late (dri_now_ms_late). */
 int64_t dri_deadline(int64_t timeout_ms);
 
 #endif
