@@ -4,6 +4,7 @@
  * the monotonic clock.
  */
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "runner.h"
@@ -70,11 +71,32 @@ static int test_monotonic_clock_goes_forward(void)
 	return 0;
 }
 
+/* The deadline clock is never behind the precise one, and ahead of it by
+ * two coarse ticks at most (plus the millisecond it rounds up). */
+static int test_late_clock_is_never_early(void)
+{
+	struct timespec res;
+	int64_t tick_ms = 0;
+
+	if (!clock_getres(CLOCK_MONOTONIC_COARSE, &res))
+		tick_ms = (res.tv_sec * 1000000000LL + res.tv_nsec + 999999) /
+			  1000000;
+	for (int i = 0; i < 200000; i++) {
+		int64_t before = dri_now_ms(), late = dri_now_ms_late();
+		int64_t after = dri_now_ms();
+
+		CHECK(late >= before);
+		CHECK(late <= after + 2 * tick_ms + 1);
+	}
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_durations_in_every_unit),
 	UNIT(test_bad_durations_say_why),
 	UNIT(test_huge_durations_are_refused),
 	UNIT(test_monotonic_clock_goes_forward),
+	UNIT(test_late_clock_is_never_early),
 	{ 0 },
 };
 
