@@ -156,8 +156,16 @@
 /* Single copy: a flat non-reducing call whose readers read pieces of at
  * least DIRECT_MIN bytes of a rank reads them with process_vm_readv,
  * DIRECT_PIECE at a time, once the probe (PROBE_BYTES of every other
- * rank) found that it works and wins. */
+ * rank) found that it works and wins; pieces of DIRECT_SURE bytes and
+ * more once it found that it works.  Those no longer fit the caches,
+ * where two copies move twice the bytes through memory that one does:
+ * process_vm_readv of 1 MiB ran at 16.5 GB/s against 27.4 for memcpy
+ * (13.7 for two), of 32 MiB 10.4 against 13.6 (cma_rate, Intel), where
+ * the probe's 256 KiB, in the caches, go either way from one run to the
+ * next (a 64 MiB all_to_all of 2 ranks took 7.3 ms one way and 12.7 the
+ * other). */
 #define DIRECT_MIN ((size_t)32 << 10)
+#define DIRECT_SURE ((size_t)1 << 20)
 #define DIRECT_PIECE ((size_t)4 << 20)
 #define PROBE_BYTES ((size_t)256 << 10)
 /* A broadcast or a gather, where the readers of a rank's buffer (or the
@@ -1164,11 +1172,11 @@ static int probe_good(const char *p, int i, uint64_t e, size_t n)
  * its slot; one phase; each other's out of theirs) against reading each
  * other's probe buffer with process_vm_readv, and checks what it read
  * (a pid of another namespace reads another process, or nothing).  It
- * publishes what it found; one phase; the call goes the single-copy
- * way if every rank read every other right and, unless
- * DISTRUN_SHM_DIRECT=on, one copy was the faster for at least half of
- * them (a rank the scheduler took off its CPU mid-way does not decide
- * alone).  Every rank takes the same decision (S.direct). */
+ * publishes what it found; one phase; calls go the single-copy way if
+ * every rank read every other right: from DIRECT_MIN if one copy was
+ * the faster for at least half of them (a rank the scheduler took off
+ * its CPU mid-way does not decide alone) or DISTRUN_SHM_DIRECT=on, else
+ * from DIRECT_SURE.  Every rank takes the same decision (S.direct). */
 static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 {
 	dri_seg_rank *me = blk_of(c->r);
@@ -1210,12 +1218,21 @@ static dr_err probe_direct(struct call *c, uint64_t *buf, size_t n, uint64_t e)
 		faster += (int)(v >> 1 & 1);
 		S.crowded |= (int)(v >> 2 & 1);
 	}
-	S.direct = works && (S.direct_mode == DRI_SHM_DIRECT_ON ||
-			     2 * faster >= c->p) ? 1 : -1;
+	S.direct = !works ? -1
+		   : S.direct_mode == DRI_SHM_DIRECT_ON || 2 * faster >= c->p
+		   ? 1 : 2;
 out:
 	dri_scratch_put(tmp);
 	free(buf);
 	return err;
+}
+
+/* Whether pieces of `piece` bytes go the single-copy way, as the probe
+ * found (S.direct: 1 from DIRECT_MIN, 2 from DIRECT_SURE). */
+static int direct_for(size_t piece)
+{
+	return S.direct == 1 ? piece >= DIRECT_MIN
+			     : S.direct == 2 && piece >= DIRECT_SURE;
 }
 
 /* For a call whose readers read pieces of `piece` bytes of the others'
@@ -1239,6 +1256,7 @@ static dr_err direct_start(struct call *c, size_t piece, size_t crowded_min,
 
 	*direct = 0;
 	if (c->tree || piece < DIRECT_MIN || S.direct < 0 ||
+	    (S.direct > 1 && piece < DIRECT_SURE) ||
 	    (S.direct > 0 && S.crowded && piece < crowded_min))
 		return DR_OK;
 	__atomic_store_n(&me->xaddr, (uint64_t)(uintptr_t)addr, __ATOMIC_RELAXED);
@@ -1256,7 +1274,7 @@ static dr_err direct_start(struct call *c, size_t piece, size_t crowded_min,
 	}
 	if (!S.direct && (err = probe_direct(c, buf, n, c->e)))
 		return err;
-	*direct = S.direct > 0 && (!S.crowded || piece >= crowded_min);
+	*direct = direct_for(piece) && (!S.crowded || piece >= crowded_min);
 	return DR_OK;
 }
 
@@ -1737,15 +1755,16 @@ static dr_err a2av_shm(struct call *c)
 			most = j != r && sc[j] * es > most ? sc[j] * es : most;
 		if ((err = next_half(c, 1, &h0)))
 			goto out;
-		if (most <= q && (S.direct < 0 || most < DIRECT_MIN))
+		if (most <= q && !direct_for(most))
 			for (int j = 0; j < p; j++)
 				if (j != r)
 					dri_copy(slot(r, h0) + (size_t)j * q,
 						 in + soff[j] * es, sc[j] * es);
 	}
 	/* The first phase: direct_start's (and its probe), or our own. */
-	if ((err = direct_start(c, S.direct < 0 ? 0 : DIRECT_MIN, 0, in,
-				&direct)) || (c->first && (err = phase(c))) ||
+	if ((err = direct_start(c, S.direct < 0 ? 0 : S.direct > 1 ?
+				DIRECT_SURE : DIRECT_MIN, 0, in, &direct)) ||
+	    (c->first && (err = phase(c))) ||
 	    (err = a2av_check(c)))
 		goto out;
 	for (int i = 0; i < p; i++) {
@@ -1772,7 +1791,7 @@ static dr_err a2av_shm(struct call *c)
 	big = big > lim ? lim : big;
 	/* our own piece (from a copy if the buffers overlap) */
 	memmove(out + roff[r] * es, in + soff[r] * es, sc[r] * es);
-	if (direct && big * es >= DIRECT_MIN) {
+	if (direct && direct_for(big * es)) {
 		for (int k = 1; !err && k < p; k++) {
 			int i = (r + k) % p;
 
