@@ -209,7 +209,9 @@ traced() {
 	# 256 KiB loses to the two copies through the slots.  Pieces of up
 	# to 256 KiB then go through the slots (only the probe reads, once
 	# per rank), pieces of 1.2 MB are still read with process_vm_readv.
-	local slow=(strace -f -qq -e trace=process_vm_readv
+	# (LeakSanitizer cannot run under a tracer: off, as in traced)
+	local slow=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+		strace -f -qq -e trace=process_vm_readv
 		-e inject=process_vm_readv:delay_exit=20000)
 	run env DISTRUN_SHM_DIRECT=auto "${slow[@]}" -o "$BATS_TEST_TMPDIR/small" \
 		"$DISTRUN" -n 2 "$CTESTS/shm_check" exact $((1 << 20))
