@@ -1952,18 +1952,27 @@ static dr_err run_call(dri_op *op)
 	return err;
 }
 
+/* dri_shm_quick's test, under group.c's lock once the world is idle:
+ * what dri_shm_coll would find, from what its first call set up (that
+ * call, and any a rooted call left to settle, take the usual way).  S
+ * is the world's calls' state, which the world's progress thread writes
+ * while it runs one: read only here, after it. */
+static int quick_ok(void *arg)
+{
+	const dr_group *g = arg;
+
+	return S.configured && S.generation == dri_shm_generation() &&
+	       !S.off && S.nblk == g->size && dri_shm_all_local() &&
+	       !any_open();
+}
+
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		  dr_op redop, dr_err *err)
 {
 	dr_group *g = dri_world();
 	dri_op op;
 
-	/* What dri_shm_coll would find, from what its first call set up:
-	 * that call (and any a rooted call left to settle) takes the usual
-	 * way. */
-	if (!S.configured || S.generation != dri_shm_generation() || S.off ||
-	    !g || g->size > DRI_SHM_FLAT_MAX || S.nblk != g->size ||
-	    !dri_shm_all_local() || any_open())
+	if (!g || g->size > DRI_SHM_FLAT_MAX)
 		return 0;
 	if (coll == DRI_ALL_REDUCE &&
 	    (count * dr_dtype_size(dtype) > sizeof(uint64_t) ||
@@ -1974,7 +1983,7 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 	if ((*err = dri_transport_check()))
 		return 1;
 	memset(&op, 0, sizeof(op));
-	if (!dri_world_take_seq(&op.id.seq))
+	if (!dri_world_take_seq(quick_ok, g, &op.id.seq))
 		return 0;
 	op.id.coll = coll;
 	op.id.count = count;

@@ -110,16 +110,16 @@ dr_group *dri_world(void)
 	return G.on ? &G.world : NULL;
 }
 
-int dri_world_take_seq(uint64_t *seq)
+int dri_world_take_seq(int (*ok)(void *), void *arg, uint64_t *seq)
 {
-	int ok;
+	int yes;
 
 	pthread_mutex_lock(&G.mu);
-	ok = G.on && G.world.priv && !G.world_priv.pending;
-	if (ok)
+	yes = G.on && G.world.priv && !G.world_priv.pending && ok(arg);
+	if (yes)
 		*seq = G.world.seq++;
 	pthread_mutex_unlock(&G.mu);
-	return ok;
+	return yes;
 }
 
 int dri_world_rank(void)

@@ -113,11 +113,13 @@ void dri_work_p2p_start(dr_work *w);
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
 /* For a blocking call of the world group that its caller runs at once
- * (coll_shm.c's quick way, which builds no op): the call's sequence
- * number into *seq and 1, if the world has no asynchronous call queued
- * or running; else 0 and nothing taken (the call then goes through
- * dri_submit, which orders it after them). */
-int dri_world_take_seq(uint64_t *seq);
+ * (coll_shm.c's quick way, which builds no op): if the world has no
+ * asynchronous call queued or running and then ok(arg) says yes, the
+ * call's sequence number into *seq and 1; else 0 and nothing taken (the
+ * call then goes through dri_submit, which orders it after them).  ok
+ * runs under group.c's lock, after the world's progress thread finished
+ * its last call: it may read what that call wrote. */
+int dri_world_take_seq(int (*ok)(void *), void *arg, uint64_t *seq);
 
 /* The abort rule, in one place: a call that fails on its own (out of
  * memory, a post refused, a CUDA error) in the middle of a collective
