@@ -1954,16 +1954,16 @@ static dr_err run_call(dri_op *op)
 
 /* dri_shm_quick's test, under group.c's lock once the world is idle:
  * what dri_shm_coll would find, from what its first call set up (that
- * call, and any a rooted call left to settle, take the usual way).  S
- * is the world's calls' state, which the world's progress thread writes
- * while it runs one: read only here, after it. */
+ * call takes the usual way; rooted calls left to settle are settled in
+ * run_call either way).  S is the world's calls' state, which the
+ * world's progress thread writes while it runs one: read only here,
+ * after it. */
 static int quick_ok(void *arg)
 {
 	const dr_group *g = arg;
 
 	return S.configured && S.generation == dri_shm_generation() &&
-	       !S.off && S.nblk == g->size && dri_shm_all_local() &&
-	       !any_open();
+	       !S.off && S.nblk == g->size && dri_shm_all_local();
 }
 
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,

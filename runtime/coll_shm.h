@@ -18,8 +18,8 @@ int dri_shm_coll(dri_op *op, dr_err *err);
 /* A blocking dr_barrier (coll DRI_BARRIER, the rest ignored) or
  * dr_all_reduce of at most 8 bytes in host memory, on the world group,
  * whose arguments the caller checked: when it runs through the flags
- * with no earlier call to wait for (no asynchronous call of the world,
- * no rooted call to settle), runs it here at once, without the op that
+ * with no asynchronous call of the world to wait for, runs it here at
+ * once, without the op that
  * dri_submit and run_op build, fill and copy (as long as the flags' own
  * work: README, Benchmarks), and returns 1 with *err its status (the
  * group aborted on an error, as run_op does); else 0, and the caller
