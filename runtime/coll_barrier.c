@@ -65,7 +65,7 @@ static dr_err barrier_submit(const char *call, dr_group *group, dr_work **work,
 	/* Blocking, of the world, no devices: most often at once through
 	 * the segment's flags. */
 	if (!work && !n_device_ids && (!group || group == dri_world()) &&
-	    dri_shm_quick(DRI_BARRIER, NULL, 0, DR_UINT8, DR_SUM, &err))
+	    dri_shm_quick(DRI_BARRIER, NULL, 0, (dr_dtype)-1, DR_SUM, &err))
 		return err;
 	err = dri_coll_check(call, group, &g, DR_UINT8, -1);
 	if (err)
