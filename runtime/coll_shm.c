@@ -117,7 +117,6 @@
 #include "coll.h"
 #include "coll_shm.h"
 #include "copy.h"
-#include "ctl.h"
 #include "cuda_driver.h"
 #include "shm.h"
 #include "transport.h"
@@ -1893,7 +1892,7 @@ static dr_err run_call(dri_op *op)
 	c.tree = c.p > DRI_SHM_FLAT_MAX;
 	c.first = 1;
 	c.from = c.half = c.sub = -1;
-	/* When the call started: run_op set its deadline from then. */
+	/* When the call started: dri_run_op set its deadline from then. */
 	c.t0 = op->id.deadline ? op->id.deadline - op->id.timeout_ms
 			       : dri_now_ms();
 	c.rec.n = S.ncall++;
@@ -1998,13 +1997,7 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 	op.redop = redop;
 	op.root = -1;
 	op.device = -1;
-	/* run_op's part */
-	op.id.timeout_ms = dri_timeout_ms();
-	op.id.deadline = dri_deadline(op.id.timeout_ms);
-	dri_ctl_begin(&op.id, -1, 0);
-	*err = run_call(&op);
-	dri_ctl_end(*err);
-	if (*err)
-		dri_abandon(*err);
+	op.run = run_call;
+	*err = dri_run_op(&op);
 	return 1;
 }

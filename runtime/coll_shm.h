@@ -19,10 +19,10 @@ int dri_shm_coll(dri_op *op, dr_err *err);
  * dr_all_reduce of at most 8 bytes in host memory, on the world group,
  * whose arguments the caller checked: when it runs through the flags
  * with no asynchronous call of the world to wait for, runs it here at
- * once, without the op that dri_submit and run_op build, fill and copy
- * (as long as the flags' own work: README, Benchmarks), and returns 1
- * with *err its status (the group aborted on an error, as run_op does);
- * else 0, and the caller takes the usual way. */
+ * once (dri_run_op, without the op that dri_coll_op fills and
+ * dri_submit copies and orders: as long as the flags' own work, README,
+ * Benchmarks), and returns 1 with *err its status; else 0, and the
+ * caller takes the usual way. */
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		  dr_op redop, dr_err *err);
 

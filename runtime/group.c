@@ -281,7 +281,7 @@ void dri_abandon(dr_err err)
 	dri_set_last_error(msg);
 }
 
-static dr_err run_op(dri_op *op)
+dr_err dri_run_op(dri_op *op)
 {
 	dr_err err;
 
@@ -365,7 +365,7 @@ static void *group_main(void *arg)
 			if (!gp->qhead)
 				gp->qtail = NULL;
 			pthread_mutex_unlock(&G.mu);
-			dr_err err = run_op(&w->op);
+			dr_err err = dri_run_op(&w->op);
 			pthread_mutex_lock(&G.mu);
 			w->status = err;
 			if (err)
@@ -483,7 +483,7 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 	if (!w) {
 		wait_group_idle_locked(g);
 		pthread_mutex_unlock(&G.mu);
-		return run_op(&op);
+		return dri_run_op(&op);
 	}
 	w->op = op;
 	gp->pending++;

@@ -112,6 +112,12 @@ void dri_work_p2p_start(dr_work *w);
  * error. */
 dr_err dri_submit(const dri_op *op, dr_work **work);
 
+/* Runs op on the calling thread now, as dri_submit does once the call
+ * has its sequence number: its deadline from now, its control-block
+ * record, op->run, the abort rule, op->release.  Returns op->run's
+ * status. */
+dr_err dri_run_op(dri_op *op);
+
 /* For a blocking call of the world group that its caller runs at once
  * (coll_shm.c's quick way, which builds no op): if the world has no
  * asynchronous call queued or running and then ok(arg) says yes, the
