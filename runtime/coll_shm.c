@@ -29,7 +29,13 @@
  * it).  A gather's (a small reduce's) others copy in, arrive and return;
  * the root waits for them all, copies out (reduces) and arrives.  With
  * the small slots a root runs up to LAG calls ahead of its slowest
- * reader.
+ * reader.  A broadcast or reduce of at most DRI_SEG_INLINE bytes needs
+ * no slot: its writers put the data in their record of the call (seg.h:
+ * dri_seg_rec, a line each), and a reader waits on that record instead
+ * of the writer's up word, so that what it checks and what it reads come
+ * in one transfer (up still moves, for whoever sleeps on it).  The
+ * record is written again DRI_SEG_CALLS calls later, once every rank is
+ * past the call (settle).
  *
  * Algorithms (every rank reads in rank order, so every rank gets the same
  * bits, and the result does not depend on which rank computed it):
@@ -255,7 +261,12 @@ struct call {
 	int cursor, stage;     /* how far waiting_for got */
 	int armed;             /* waiting in the transport: tell dri_shm_wait
 				* which flag (spinning: no need) */
-	int bad;               /* tree: a child whose call differs, or -1 */
+	int bad;               /* a rank whose call differs, or -1 */
+	int inl;               /* flat, rooted: the data rides in the
+				* writers' records of the call (seg.h:
+				* dri_seg_rec), which the readers wait for */
+	const void *inl_src;   /* what begin puts in ours (inl_len bytes) */
+	size_t inl_len;
 	int64_t t0;            /* when it started (the deadline is in op->id) */
 	struct rec rec;        /* this call */
 };
@@ -366,8 +377,11 @@ static void rec_call(const struct call *c, const struct rec *rec, int peer,
 		*id = S.seen[peer].id;
 		return;
 	}
-	if (!dri_shm_read_call(peer, (int)(rec->n % DRI_SEG_CALLS), rec->id.seq,
-			       strict ? rec->first : 0, id))
+	/* Of a past call, the record alone: the copy on up's line is of a
+	 * later call, and the peer writes that line at every call. */
+	if (!(rec == &c->rec ? dri_shm_read_call : dri_shm_read_rec)(
+		    peer, (int)(rec->n % DRI_SEG_CALLS), rec->id.seq,
+		    strict ? rec->first : 0, id))
 		memset(id, 0, sizeof(*id));
 }
 
@@ -416,6 +430,28 @@ static void see_call(const struct call *c, int peer)
 	S.seen[peer].n1 = c->rec.n + 1;
 }
 
+/* A call whose data rides in records (c->inl), at its first phase: 1
+ * once peer's record of it is there and is our call (kept for check_all
+ * as see_call keeps it), -1 if it is another call, or peer's up went
+ * past the phase without it (then it made other calls before), 0 while
+ * it is not there yet. */
+static int rec_here(const struct call *c, int peer)
+{
+	int k = (int)(c->rec.n % DRI_SEG_CALLS);
+	dri_msg_id *id = &S.seen[peer].id;
+
+	if (!dri_shm_read_rec(peer, k, c->rec.id.seq, c->e, id)) {
+		/* up after the record: a record written between the two
+		 * reads is there now */
+		if (load(&blk_of(peer)->up) < c->e)
+			return 0;
+		if (!dri_shm_read_rec(peer, k, c->rec.id.seq, c->e, id))
+			return -1;
+	}
+	S.seen[peer].n1 = c->rec.n + 1;
+	return same_call(&c->rec.id, id) ? 1 : -1;
+}
+
 /* The rank still waited for at phase c->e, or -1 once the phase is
  * passed (then, in a tree, this rank has arrived and released its
  * children).  Tells dri_shm_wait which flag to sleep on. */
@@ -426,6 +462,17 @@ static int waiting_for(void *arg)
 	if (!c->tree && c->from >= 0) {
 		dri_seg_rank *b = blk_of(c->from);
 
+		if (c->inl && c->first) {
+			int k = rec_here(c, c->from);
+
+			if (!k) {
+				want(c, &b->up, c->e);
+				return c->from;
+			}
+			if (k < 0)
+				c->bad = c->from;
+			return -1;
+		}
 		if (load(&b->up) >= c->e)
 			return -1;
 		/* It waits too (it takes itself for a reader), or for
@@ -444,6 +491,19 @@ static int waiting_for(void *arg)
 			if (c->cursor == c->r)
 				continue;
 			b = blk_of(c->cursor);
+			if (c->inl && c->first) {
+				int k = rec_here(c, c->cursor);
+
+				if (!k) {
+					want(c, &b->up, c->e);
+					return c->cursor;
+				}
+				if (k < 0) {
+					c->bad = c->cursor;
+					return -1;
+				}
+				continue;
+			}
 			if (load(&b->up) < c->e) {
 				want(c, &b->up, c->e);
 				return c->cursor;
@@ -775,10 +835,13 @@ static void close_past(struct rec *o)
 /* Publishes call id of first phase e in rec: seq 0 while the fields
  * change (a reader takes it for none).  Release stores only: the store
  * to up that follows (seq_cst) orders them for the waiters. */
-static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e)
+static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
+		      unsigned char *data, const void *src, size_t n)
 {
 	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
+	if (n)
+		memcpy(data, src, n);
 	__atomic_store_n(&rec->coll, (int32_t)id->coll, __ATOMIC_RELAXED);
 	__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
 	__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
@@ -797,13 +860,13 @@ static void begin(struct call *c)
 	c->rec.last = c->e;
 	if (c->first) {
 		const dri_msg_id *id = &c->op->id;
-		dri_seg_call *rec =
+		dri_seg_rec *rec =
 			&blk_of(c->r)->call[c->rec.n % DRI_SEG_CALLS];
 
 		c->rec.first = c->e;
-		write_rec(rec, id, c->e);
+		write_rec(&rec->c, id, c->e, rec->data, c->inl_src, c->inl_len);
 		/* and its copy on up's line (seg.h) */
-		write_rec(&blk_of(c->r)->last, id, c->e);
+		write_rec(&blk_of(c->r)->last, id, c->e, NULL, NULL, 0);
 	}
 }
 
@@ -834,15 +897,28 @@ static dr_err await(struct call *c)
 	return err;
 }
 
-/* Waits until every other rank's up has reached v (flat). */
+/* Waits until every other rank's up has reached v (flat).  What it
+ * finds is kept: after rooted calls the others are often well past v,
+ * and then the next calls need not look (a look is a transfer of a line
+ * the other keeps writing). */
 static dr_err await_all(struct call *c, uint64_t v)
 {
-	uint64_t e = c->e;
+	uint64_t e = c->e, low = UINT64_MAX;
 	int first = c->first;
 	dr_err err;
 
 	if (v <= S.safe)
 		return DR_OK;
+	for (int i = 0; i < c->p; i++)
+		if (i != c->r) {
+			uint64_t u = load(&blk_of(i)->up);
+
+			low = u < low ? u : low;
+		}
+	if (low >= v) {
+		S.safe = low;
+		return DR_OK;
+	}
 	c->e = v;
 	c->from = -1;
 	c->first = 0;
@@ -860,7 +936,7 @@ static void used(const struct call *c, uint64_t need)
 {
 	if (c->sub >= 0)
 		S.need_sub[c->sub] = need;
-	else
+	else if (c->half >= 0)
 		S.need[c->half] = need;
 }
 
@@ -896,7 +972,8 @@ static dr_err phase(struct call *c)
 			return err;
 	}
 	c->first = 0;
-	S.safe = c->e;
+	if (c->e > S.safe)
+		S.safe = c->e;
 	if (c->half >= 0)
 		used(c, c->e + 1);
 	return DR_OK;
@@ -929,7 +1006,11 @@ static dr_err take(struct call *c, int from)
 	c->from = -1;
 	if (err)
 		return err;
-	if (c->bad >= 0 || (c->first && from >= 0 && call_differs(c, from)))
+	if (c->bad >= 0)
+		from = c->bad;
+	/* (c->inl: waiting_for compared the records) */
+	if (c->bad >= 0 ||
+	    (c->first && from >= 0 && !c->inl && call_differs(c, from)))
 		return mismatch(c, &c->rec, c->r < from ? c->r : from,
 				c->r < from ? from : c->r);
 	if (c->first && from < 0 && (err = check_all(c, &c->rec)))
@@ -1001,6 +1082,13 @@ static char *cur_slot(const struct call *c, int r)
 	char *p = dri_shm_slot(r, c->half);
 
 	return c->sub < 0 ? p : p + S.sub_off + (size_t)(c->sub >> 1) * S.sub_bytes;
+}
+
+/* The data in rank r's record of the current call (c->inl), there until
+ * the call is settled (seg.h: call). */
+static char *inl_data(const struct call *c, int r)
+{
+	return (char *)blk_of(r)->call[c->rec.n % DRI_SEG_CALLS].data;
 }
 
 /* Whether out[0 .. bytes) overlaps one of the p inputs S.in. */
@@ -1399,23 +1487,32 @@ static dr_err reduce_rooted(struct call *c)
 	const dri_op *op = c->op;
 	size_t n = op->count * dr_dtype_size(op->dtype);
 	int h, root = op->root;
-	dr_err err;
+	dr_err err = DR_OK;
 
-	if (n <= S.sub_bytes)
+	/* tiny: in the others' records of the call, no slot */
+	if ((c->inl = n <= DRI_SEG_INLINE))
+		;
+	else if (n <= S.sub_bytes)
 		err = next_sub(c, c->r != root);
 	else
 		err = next_half(c, c->r != root, &h);
 	if (err)
 		return err;
 	if (c->r != root) {
-		dri_copy(cur_slot(c, c->r), op->buf, n);
+		if (c->inl) {
+			c->inl_src = op->buf;
+			c->inl_len = n;
+		} else {
+			dri_copy(cur_slot(c, c->r), op->buf, n);
+		}
 		post(c);
 		return DR_OK;
 	}
 	if ((err = take(c, -1)))
 		return err;
 	for (int i = 0; i < c->p; i++)
-		S.in[i] = i == root ? op->buf : cur_slot(c, i);
+		S.in[i] = i == root ? op->buf
+		        : c->inl ? inl_data(c, i) : cur_slot(c, i);
 	if (!(err = reduce_ordered(c, op->buf, NULL, op->count)))
 		done(c);
 	return err;
@@ -1443,6 +1540,19 @@ static dr_err broadcast_shm(struct call *c)
 	int root = op->root, me = c->r == root, direct;
 	dr_err err = DR_OK;
 
+	if (!c->tree && n <= DRI_SEG_INLINE) {
+		/* tiny: in the root's record of the call */
+		c->inl = 1;
+		if (me) {
+			c->inl_src = buf;
+			c->inl_len = n;
+			post(c);
+		} else if (!(err = take(c, root))) {
+			memcpy(buf, inl_data(c, root), n);
+			done(c);
+		}
+		return err;
+	}
 	if (!c->tree && n <= S.sub_bytes) {
 		/* small: through a small slot, LAG calls in flight */
 		if ((err = next_sub(c, me)))

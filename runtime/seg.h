@@ -93,6 +93,17 @@ typedef struct {
 	int32_t coll, dtype, op, root;
 } dri_seg_call;
 
+/* Bytes of a rooted call's data that ride in its record (below). */
+#define DRI_SEG_INLINE 24
+/* A rank's record of one of its calls (call[] below), a line each: for a
+ * broadcast of at most DRI_SEG_INLINE bytes, its root's data; for such a
+ * reduce, a non-root's (coll_shm.c: the readers wait on the record, and
+ * find the data in the same transfer). */
+typedef struct {
+	dri_seg_call c;
+	unsigned char data[DRI_SEG_INLINE];
+} __attribute__((aligned(64))) dri_seg_rec;
+
 /* Each rank's block at the start of the transport area.  A sender that
  * put bytes into ring (s -> r), or a receiver that made room in ring
  * (r -> s), sets the peer's bit in the other rank's ready bitmap, then,
@@ -117,7 +128,8 @@ typedef struct {
 	 * the others have checked it (coll_shm.c checks it DRI_SEG_CALLS / 2
 	 * calls later), so record n is written again only at call n +
 	 * DRI_SEG_CALLS, which a rank reaches only once every rank is past
-	 * its check of call n. */
+	 * its check of call n; so is the small rooted call's data in it
+	 * (dri_seg_rec). */
 	/* On up's line, so that a peer that sees up move has them in the
 	 * same transfer: last, a copy of the rank's latest record (the one
 	 * the peers look for, unless it went on); tiny[phase & 1], the data
@@ -147,7 +159,7 @@ typedef struct {
 	 * written again at call n + 2, whose writer is then past call
 	 * n + 1's first phase, so every reader is done with call n. */
 	uint64_t a2av_counts[2][2 * DRI_SEG_A2AV_MAX];
-	dri_seg_call call[DRI_SEG_CALLS];
+	dri_seg_rec call[DRI_SEG_CALLS];
 	uint64_t ready[];          /* nranks bits */
 } dri_seg_rank;
 

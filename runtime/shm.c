@@ -842,7 +842,15 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 	b = blk(M.local[peer]);
 	/* The copy on up's line first: most often the one asked for. */
 	return read_rec(&b->last, seq, phase, id) ||
-	       read_rec(&b->call[k], seq, phase, id);
+	       read_rec(&b->call[k].c, seq, phase, id);
+}
+
+int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
+		     dri_msg_id *id)
+{
+	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
+		return 0;
+	return read_rec(&blk(M.local[peer])->call[k].c, seq, phase, id);
 }
 
 int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id)

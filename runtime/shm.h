@@ -121,6 +121,10 @@ int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id);
  * (0: any). */
 int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 		      dri_msg_id *id);
+/* The same, from record k alone (not the copy on up's line): where the
+ * data of a small rooted call is (seg.h: dri_seg_rec). */
+int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
+		     dri_msg_id *id);
 
 
 #endif /* DRI_SHM_H */

@@ -142,7 +142,10 @@ kill_fails_fast() {
 }
 
 @test "a rank SIGKILLed in a small broadcast or reduce (rooted: the writers do not wait) fails the others with DR_EPEER" {
+	# up to 24 bytes in the writers' records of the call, beyond in the
+	# small slots
 	kill_fails_fast 4 4 broadcast
+	kill_fails_fast 3 16 reduce
 	kill_fails_fast 3 64 reduce
 	kill_fails_fast 3 $((64 << 10)) reduce
 }
@@ -360,22 +363,31 @@ rooted_differ() {
 }
 
 @test "rooted calls that differ (roots, counts, broadcast against reduce): DR_EMISMATCH on every rank, naming both" {
-	local b='broadcast(count=8, float32, root=0)'
-	for n in 2 3; do
-		# both take themselves for the root: nobody waits, the check
-		# two calls later finds it
-		rooted_differ $n root "rank 0 called $b but rank 1 called broadcast(count=8, float32, root=1)"
-		# a reader sees its root's call at once
-		rooted_differ $n bcount "rank 0 called $b but rank 1 called broadcast(count=9, float32, root=0)"
-		# a broadcast's root and a reduce's writer: neither waits
-		rooted_differ $n reduce "rank 0 called $b but rank 1 called reduce(count=8, float32, sum, root=0)"
+	# 8 floats through the small slots; "small-": 4 floats (16 bytes),
+	# in the writers' records of the call
+	for c in 8 4; do
+		local p= b="broadcast(count=$c, float32, root=0)"
+		[ $c -eq 8 ] || p=small-
+		for n in 2 3; do
+			# both take themselves for the root: nobody waits,
+			# the check two calls later finds it
+			rooted_differ $n ${p}root "rank 0 called $b but rank 1 called broadcast(count=$c, float32, root=1)"
+			# a reader sees its root's call at once
+			rooted_differ $n ${p}bcount "rank 0 called $b but rank 1 called broadcast(count=$((c + 1)), float32, root=0)"
+			# a broadcast's root and a reduce's writer: neither
+			# waits
+			rooted_differ $n ${p}reduce "rank 0 called $b but rank 1 called reduce(count=$c, float32, sum, root=0)"
+			# a reduce's root sees a writer's call at once
+			rooted_differ $n ${p}rop "rank 0 called reduce(count=$c, float32, sum, root=0) but rank 1 called reduce(count=$c, float32, max, root=0)"
+		done
+		# every rank takes another for the root: all wait, none for
+		# ever
+		rooted_differ 2 ${p}swap "rank 0 called broadcast(count=$c, float32, root=1) but rank 1 called broadcast(count=$c, float32, root=0)"
+		check 3 differ ${p}swap
+		echo "$output"
+		[ "$status" -eq 0 ]
+		[ "$(grep -cE "DR_EMISMATCH: rank [0-9] called broadcast\(count=$c, float32, root=[0-9]\) but rank [0-9] called broadcast\(count=$c, float32, root=[0-9]\)" <<<"$output")" -eq 3 ]
 	done
-	# every rank takes another for the root: all wait, none for ever
-	rooted_differ 2 swap "rank 0 called broadcast(count=8, float32, root=1) but rank 1 called broadcast(count=8, float32, root=0)"
-	check 3 differ swap
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[ "$(grep -cE 'DR_EMISMATCH: rank [0-9] called broadcast\(count=8, float32, root=[0-9]\) but rank [0-9] called broadcast\(count=8, float32, root=[0-9]\)' <<<"$output")" -eq 3 ]
 }
 
 @test "flags against messages (all_reduce against monitored_barrier): DR_EMISMATCH on every rank" {

@@ -453,8 +453,12 @@ static int mode_differ(const char *kind)
 {
 	float buf[16] = { 0 };
 	size_t counts[64];
+	/* rooted kinds: 8 floats, or with "small-" 4 (16 bytes: the data
+	 * rides in the writer's record of the call) */
+	size_t bc = strncmp(kind, "small-", 6) ? 8 : 4;
 	dr_err e;
 
+	kind += bc == 4 ? 6 : 0;
 	for (int i = 0; i < 64; i++)
 		counts[i] = 0;
 	if (size > 32)
@@ -471,16 +475,19 @@ static int mode_differ(const char *kind)
 		int odd = rank == size / 2;
 
 		if (!strcmp(kind, "swap"))
-			e = dr_broadcast(buf, 8, DR_FLOAT32, (rank + 1) % size,
+			e = dr_broadcast(buf, bc, DR_FLOAT32, (rank + 1) % size,
 					 NULL, NULL);
+		else if (!strcmp(kind, "rop")) /* the root sees it at once */
+			e = dr_reduce(buf, bc, DR_FLOAT32, odd ? DR_MAX : DR_SUM,
+				      0, NULL, NULL);
 		else if (!odd)
-			e = dr_broadcast(buf, 8, DR_FLOAT32, 0, NULL, NULL);
+			e = dr_broadcast(buf, bc, DR_FLOAT32, 0, NULL, NULL);
 		else if (!strcmp(kind, "root"))
-			e = dr_broadcast(buf, 8, DR_FLOAT32, rank, NULL, NULL);
+			e = dr_broadcast(buf, bc, DR_FLOAT32, rank, NULL, NULL);
 		else if (!strcmp(kind, "bcount"))
-			e = dr_broadcast(buf, 9, DR_FLOAT32, 0, NULL, NULL);
+			e = dr_broadcast(buf, bc + 1, DR_FLOAT32, 0, NULL, NULL);
 		else if (!strcmp(kind, "reduce"))
-			e = dr_reduce(buf, 8, DR_FLOAT32, DR_SUM, 0, NULL, NULL);
+			e = dr_reduce(buf, bc, DR_FLOAT32, DR_SUM, 0, NULL, NULL);
 		else
 			DIE("unknown differ kind '%s'", kind);
 		for (int k = 0; !e && k < 3; k++)
