@@ -35,7 +35,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 6
+#define DRI_SEG_VERSION 7
 /* The environment variable that names the inherited segment's fd. */
 #define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
@@ -103,6 +103,7 @@ typedef struct {
 	dri_seg_call c;
 	unsigned char data[DRI_SEG_INLINE];
 } __attribute__((aligned(64))) dri_seg_rec;
+_Static_assert(sizeof(dri_seg_rec) == 64, "a record is one cache line");
 
 /* Each rank's block at the start of the transport area.  A sender that
  * put bytes into ring (s -> r), or a receiver that made room in ring
