@@ -452,6 +452,20 @@ static int rec_here(const struct call *c, int peer)
 	return same_call(&c->rec.id, id) ? 1 : -1;
 }
 
+/* waiting_for's look at peer's record (c->inl, first phase): 1 if it
+ * is there and our call; 0 if not yet (dri_shm_wait then sleeps on its
+ * up); -1 if it differs (c->bad names peer). */
+static int inl_look(struct call *c, int peer)
+{
+	int k = rec_here(c, peer);
+
+	if (!k)
+		want(c, &blk_of(peer)->up, c->e);
+	else if (k < 0)
+		c->bad = peer;
+	return k;
+}
+
 /* The rank still waited for at phase c->e, or -1 once the phase is
  * passed (then, in a tree, this rank has arrived and released its
  * children).  Tells dri_shm_wait which flag to sleep on. */
@@ -462,17 +476,8 @@ static int waiting_for(void *arg)
 	if (!c->tree && c->from >= 0) {
 		dri_seg_rank *b = blk_of(c->from);
 
-		if (c->inl && c->first) {
-			int k = rec_here(c, c->from);
-
-			if (!k) {
-				want(c, &b->up, c->e);
-				return c->from;
-			}
-			if (k < 0)
-				c->bad = c->from;
-			return -1;
-		}
+		if (c->inl && c->first)
+			return inl_look(c, c->from) ? -1 : c->from;
 		if (load(&b->up) >= c->e)
 			return -1;
 		/* It waits too (it takes itself for a reader), or for
@@ -492,16 +497,10 @@ static int waiting_for(void *arg)
 				continue;
 			b = blk_of(c->cursor);
 			if (c->inl && c->first) {
-				int k = rec_here(c, c->cursor);
+				int k = inl_look(c, c->cursor);
 
-				if (!k) {
-					want(c, &b->up, c->e);
-					return c->cursor;
-				}
-				if (k < 0) {
-					c->bad = c->cursor;
-					return -1;
-				}
+				if (k <= 0)
+					return k ? -1 : c->cursor;
 				continue;
 			}
 			if (load(&b->up) < c->e) {
