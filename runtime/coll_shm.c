@@ -262,6 +262,8 @@ struct call {
 	int armed;             /* waiting in the transport: tell dri_shm_wait
 				* which flag (spinning: no need) */
 	int bad;               /* a rank whose call differs, or -1 */
+	int taking;            /* flat, rooted: waiting for every writer
+				* without having arrived (take(c, -1)) */
 	int inl;               /* flat, rooted: the data rides in the
 				* writers' records of the call (seg.h:
 				* dri_seg_rec), which the readers wait for */
@@ -504,6 +506,14 @@ static int waiting_for(void *arg)
 				continue;
 			}
 			if (load(&b->up) < c->e) {
+				/* A rooted reader of all does not arrive
+				 * first: a peer that does not either (the
+				 * root of another call) shows it in its
+				 * record alone. */
+				if (c->taking && call_differs(c, c->cursor)) {
+					c->bad = c->cursor;
+					return -1;
+				}
 				want(c, &b->up, c->e);
 				return c->cursor;
 			}
@@ -1001,8 +1011,10 @@ static dr_err take(struct call *c, int from)
 
 	begin(c);
 	c->from = from;
+	c->taking = from < 0;
 	err = await(c);
 	c->from = -1;
+	c->taking = 0;
 	if (err)
 		return err;
 	if (c->bad >= 0)

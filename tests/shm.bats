@@ -362,7 +362,7 @@ rooted_differ() {
 	[ "$(grep -cF "DR_EMISMATCH: $3" <<<"$output")" -eq "$1" ]
 }
 
-@test "rooted calls that differ (roots, counts, broadcast against reduce): DR_EMISMATCH on every rank, naming both" {
+@test "rooted calls that differ (roots, counts, broadcast against reduce, two roots that wait): DR_EMISMATCH on every rank, naming both" {
 	# 8 floats through the small slots; "small-": 4 floats (16 bytes),
 	# in the writers' records of the call
 	for c in 8 4; do
@@ -379,6 +379,11 @@ rooted_differ() {
 			rooted_differ $n ${p}reduce "rank 0 called $b but rank 1 called reduce(count=$c, float32, sum, root=0)"
 			# a reduce's root sees a writer's call at once
 			rooted_differ $n ${p}rop "rank 0 called reduce(count=$c, float32, sum, root=0) but rank 1 called reduce(count=$c, float32, max, root=0)"
+			# two roots (reduces, gathers) each wait for every
+			# rank, the other root too: they see its record
+			rooted_differ $n ${p}rroots "rank 0 called reduce(count=$c, float32, sum, root=0) but rank 1 called reduce(count=$c, float32, sum, root=1)"
+			rooted_differ $n ${p}groots "rank 0 called gather(count=$c, float32, root=0) but rank 1 called gather(count=$c, float32, root=1)"
+			rooted_differ $n ${p}rgroots "rank 0 called gather(count=$c, float32, root=0) but rank 1 called reduce(count=$c, float32, sum, root=1)"
 		done
 		# every rank takes another for the root: all wait, none for
 		# ever

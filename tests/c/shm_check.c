@@ -40,7 +40,11 @@
  *                 return before the others have seen it: KIND root
  *                 (it takes itself for the root), bcount (count 9),
  *                 reduce (a reduce to rank 0), or swap (every rank r
- *                 broadcasts from rank r + 1: all wait); or KIND big:
+ *                 broadcasts from rank r + 1: all wait); or than
+ *                 their reduce or gather to rank 0: KIND rroots (it
+ *                 reduces to itself: two roots wait for every rank),
+ *                 groots (it gathers to itself), rgroots (it reduces to
+ *                 itself, the others gather); or KIND big:
  *                 an all_gather of 16385 floats a rank against the
  *                 others' 16384 (single copy); or KIND a2av, a2av_big:
  *                 an all_to_all_v in which rank size/2 sends rank 0 one
@@ -451,7 +455,7 @@ static int mode_a2av(size_t max)
 
 static int mode_differ(const char *kind)
 {
-	float buf[16] = { 0 };
+	float buf[16] = { 0 }, got[32 * 16];
 	size_t counts[64];
 	/* rooted kinds: 8 floats, or with "small-" 4 (16 bytes: the data
 	 * rides in the writer's record of the call) */
@@ -474,7 +478,16 @@ static int mode_differ(const char *kind)
 		/* rooted: the error may come at a later call */
 		int odd = rank == size / 2;
 
-		if (!strcmp(kind, "swap"))
+		if (!strcmp(kind, "rroots") || !strcmp(kind, "rgroots"))
+			e = odd ? dr_reduce(buf, bc, DR_FLOAT32, DR_SUM, rank,
+					    NULL, NULL)
+			  : kind[1] == 'r' ? dr_reduce(buf, bc, DR_FLOAT32,
+						       DR_SUM, 0, NULL, NULL)
+			  : dr_gather(buf, got, bc, DR_FLOAT32, 0, NULL, NULL);
+		else if (!strcmp(kind, "groots"))
+			e = dr_gather(buf, got, bc, DR_FLOAT32, odd ? rank : 0,
+				      NULL, NULL);
+		else if (!strcmp(kind, "swap"))
 			e = dr_broadcast(buf, bc, DR_FLOAT32, (rank + 1) % size,
 					 NULL, NULL);
 		else if (!strcmp(kind, "rop")) /* the root sees it at once */
