@@ -24,6 +24,14 @@
  * unexpected queue; a receive already posted gets the payload straight into
  * its buffer.
  *
+ * Two calls of one seq may send each other nothing (an all_reduce waiting
+ * for a rank that waits in a reduce).  So a wait for a collective's
+ * message that lasts ANNOUNCE_MS sends each peer it waits for a CALL frame
+ * (the header alone); the peer compares the call with its own of that seq,
+ * kept from its sends and receives, at once or when it gets there, as it
+ * does any message of a seq it made another call of, and fails the group
+ * with DR_EMISMATCH instead of waiting for the timeout.
+ *
  * Threads: one mutex guards everything; one thread at a time (the poller)
  * blocks in poll() without it, and the others wait on a condition variable
  * while the poller completes their requests too.  The poller watches every
@@ -97,6 +105,16 @@
  * ranks that each send a large message before posting the receive for
  * the other's would otherwise wait for each other for ever). */
 #define PARK_MS 10
+/* A wait for a message of a collective that has lasted this long tells
+ * the peers it waits for which call it is in (a DRI_WIRE_CALL frame, once
+ * per wait): two ranks in different calls of one seq may each wait for a
+ * message of the other that never comes (a reduce's root against an
+ * all_reduce), and no data frame would show the difference.  The peer
+ * compares the call with its own of that seq, now or once it gets there,
+ * and fails the group with DR_EMISMATCH instead of the timeout. */
+#define ANNOUNCE_MS 50
+#define CALLS_KEPT 64 /* this rank's calls kept to compare, newest */
+#define HEARD_MAX 64  /* announced calls of a seq this rank is not at yet */
 
 enum peer_state {
 	P_NONE,       /* no connection yet */
@@ -138,6 +156,12 @@ struct peer {
 	unsigned char *stage;   /* STAGE_LEN bytes read ahead */
 	size_t s_off, s_len;
 	int parked;             /* rx holds a large header nobody wants yet */
+	/* our DRI_WIRE_CALL frame to it, queued behind our data, and the
+	 * call it named last (told: one was sent) */
+	dri_req call_req;
+	int told;
+	uint32_t told_group;
+	uint64_t told_seq;
 	/* handshake as the connecting side */
 	dri_hs hs;
 	unsigned char hsbuf[DRI_HS_CHAL];
@@ -187,6 +211,15 @@ static struct {
 		int peer;
 	} cancelled[CANCELLED_MAX];
 	int ncancelled, cancelled_next;
+	/* this rank's calls that sent or received a message (a ring), and
+	 * the calls peers announced of a seq not among them (yet) */
+	dri_msg_id calls[CALLS_KEPT];
+	int ncalls, calls_next;
+	struct {
+		int src1; /* the announcing rank + 1; 0: a free entry */
+		dri_msg_id id;
+	} heard[HEARD_MAX];
+	int nheard, heard_next;
 } tp = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.cv = PTHREAD_COND_INITIALIZER,
@@ -1067,7 +1100,7 @@ static void flush_peer(int i)
 			memset(&h, 0, sizeof(h));
 			h.magic = DRI_WIRE_MAGIC;
 			h.version = DRI_WIRE_VERSION;
-			h.kind = DRI_WIRE_DATA;
+			h.kind = (uint16_t)r->kind;
 			h.id = r->id;
 			h.len = r->len;
 			h.src = tp.rank;
@@ -1132,9 +1165,161 @@ static void req_init(dri_req *req, const dri_msg_id *id, int peer,
 	req->len = len;
 	req->done = 0;
 	req->source = -1;
+	req->kind = DRI_WIRE_DATA;
 	req->complete = 0;
 	req->status = DR_OK;
 	req->priv = NULL;
+}
+
+/* ------------------------------------------------- announced calls */
+
+/* The group fails with DR_EMISMATCH: rank peer's call theirs against
+ * this rank's call mine of the same seq, the lower rank named first. */
+static void calls_differ_locked(int peer, const dri_msg_id *theirs,
+				const dri_msg_id *mine)
+{
+	char a[256], b[256];
+	unsigned long long seq = (unsigned long long)mine->seq;
+
+	dri_msg_id_describe(theirs, a, sizeof(a));
+	dri_msg_id_describe(mine, b, sizeof(b));
+	if (peer < tp.rank)
+		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
+			     "called %s (seq %llu)", peer, a, tp.rank, b, seq);
+	else
+		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
+			     "called %s (seq %llu)", tp.rank, b, peer, a, seq);
+}
+
+/* Whether two ids of one group and seq name the same call (the tag
+ * aside: a call over two levels of hosts tags its messages once it has
+ * a plan, coll_hier.c; and an all_to_all_v's count, which each of its
+ * messages sets to the piece of its pair, coll_alltoall.c, checked
+ * there). */
+static int same_call_id(const dri_msg_id *a, const dri_msg_id *b)
+{
+	return a->coll == b->coll &&
+	       (a->count == b->count || a->coll == DRI_ALL_TO_ALL_V) &&
+	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+}
+
+/* This rank's call of the group and seq of id, if it is kept. */
+static const dri_msg_id *call_made(const dri_msg_id *id)
+{
+	for (int k = 0; k < tp.ncalls; k++) {
+		const dri_msg_id *c = &tp.calls[k];
+
+		if (c->seq == id->seq && c->group_id == id->group_id)
+			return c;
+	}
+	return NULL;
+}
+
+/* A send or receive of call id is posted: the call is kept (once), and
+ * what peers announced of its seq is compared with it. */
+static void note_call_locked(const dri_msg_id *id)
+{
+	int last = (tp.calls_next + CALLS_KEPT - 1) % CALLS_KEPT;
+
+	if (id->coll == DRI_P2P)
+		return;
+	if (tp.ncalls && tp.calls[last].seq == id->seq &&
+	    tp.calls[last].group_id == id->group_id)
+		return;
+	if (call_made(id))
+		return;
+	tp.calls[tp.calls_next] = *id;
+	tp.calls_next = (tp.calls_next + 1) % CALLS_KEPT;
+	if (tp.ncalls < CALLS_KEPT)
+		tp.ncalls++;
+	for (int k = 0; tp.nheard && k < HEARD_MAX && !tp.abort_err; k++)
+		if (tp.heard[k].src1 && tp.heard[k].id.seq == id->seq &&
+		    tp.heard[k].id.group_id == id->group_id) {
+			int src = tp.heard[k].src1 - 1;
+
+			tp.heard[k].src1 = 0;
+			tp.nheard--;
+			if (!same_call_id(&tp.heard[k].id, id))
+				calls_differ_locked(src, &tp.heard[k].id, id);
+		}
+	/* A message of this seq that came first: it may be one that no
+	 * receive of this call will take. */
+	for (struct umsg *m = tp.uq_head; m && !tp.abort_err; m = m->next)
+		if (m->id.coll != DRI_P2P && m->id.seq == id->seq &&
+		    m->id.group_id == id->group_id && !same_call_id(&m->id, id))
+			calls_differ_locked(m->src, &m->id, id);
+	for (int i = 0; i < tp.size && !tp.abort_err; i++) {
+		const dri_msg_id *q = &tp.peers[i].rx.id;
+
+		if (tp.peers[i].parked && q->coll != DRI_P2P &&
+		    q->seq == id->seq && q->group_id == id->group_id &&
+		    !same_call_id(q, id))
+			calls_differ_locked(i, q, id);
+	}
+}
+
+/* Peer i's DRI_WIRE_CALL frame: the call it waits in, against ours of
+ * that seq, or kept until this rank gets there. */
+static void on_call(int i)
+{
+	const dri_wire_hdr *h = &tp.peers[i].rx;
+	const dri_msg_id *mine;
+	int k;
+
+	if (h->len || h->id.coll == DRI_P2P) {
+		abort_locked(DR_EPROTO, "rank %d: garbled call announcement "
+			     "from rank %d", tp.rank, i);
+		return;
+	}
+	if ((mine = call_made(&h->id))) {
+		if (!same_call_id(mine, &h->id))
+			calls_differ_locked(i, &h->id, mine);
+		return;
+	}
+	/* Not there yet (or long past): kept, in a free entry or in place
+	 * of one in turn. */
+	for (k = 0; k < HEARD_MAX && tp.heard[k].src1; k++)
+		;
+	if (k == HEARD_MAX) {
+		k = tp.heard_next;
+		tp.heard_next = (tp.heard_next + 1) % HEARD_MAX;
+		tp.nheard--;
+	}
+	tp.heard[k].src1 = i + 1;
+	tp.heard[k].id = h->id;
+	tp.nheard++;
+}
+
+/* A wait of a collective has lasted ANNOUNCE_MS: each peer that one of
+ * its requests still waits for is told the call (once per call). */
+static void announce_locked(const dri_req *reqs, int n)
+{
+	for (int k = 0; k < n && !tp.abort_err; k++) {
+		const dri_req *r = &reqs[k];
+		struct peer *p;
+
+		if (r->complete || r->id.coll == DRI_P2P || r->peer < 0 ||
+		    r->peer == tp.rank || r->peer >= tp.size)
+			continue;
+		p = &tp.peers[r->peer];
+		if (p->state != P_UP ||
+		    (p->told && p->told_group == r->id.group_id &&
+		     p->told_seq == r->id.seq) ||
+		    (p->told && !p->call_req.complete))
+			continue;
+		req_init(&p->call_req, &r->id, r->peer, 1, NULL, 0);
+		p->call_req.kind = DRI_WIRE_CALL;
+		p->told = 1;
+		p->told_group = r->id.group_id;
+		p->told_seq = r->id.seq;
+		if (p->sq_tail)
+			p->sq_tail->next = &p->call_req;
+		else
+			p->sq_head = &p->call_req;
+		p->sq_tail = &p->call_req;
+		if (p->sq_head == &p->call_req)
+			flush_peer(r->peer);
+	}
 }
 
 dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
@@ -1153,6 +1338,12 @@ dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
 		req_finish(req, tp.abort_err);
 		pthread_mutex_unlock(&tp.mu);
 		return DR_OK; /* the wait reports it */
+	}
+	note_call_locked(id);
+	if (tp.abort_err) {
+		req_finish(req, tp.abort_err);
+		pthread_mutex_unlock(&tp.mu);
+		return DR_OK;
 	}
 	p = &tp.peers[peer];
 	if (p->sq_tail)
@@ -1203,6 +1394,11 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 		return dri_fail(DR_EINVAL, "receive from rank %d: not a peer of "
 				"rank %d (world size %d)", peer, tp.rank, tp.size);
 	}
+	if (tp.abort_err) {
+		req_finish(req, tp.abort_err);
+		goto out;
+	}
+	note_call_locked(id);
 	if (tp.abort_err) {
 		req_finish(req, tp.abort_err);
 		goto out;
@@ -1306,6 +1502,10 @@ static void on_header(int i)
 		p->rx_dest = (unsigned char *)p->abort_text;
 		return;
 	}
+	if (h->kind == DRI_WIRE_CALL) {
+		on_call(i); /* no payload: done once this returns */
+		return;
+	}
 	if (h->len > msg_len_max(&h->id) || h->len > (uint64_t)SIZE_MAX / 2) {
 		dri_msg_id_describe(&h->id, what, sizeof(what));
 		abort_locked(DR_EPROTO, "rank %d: rank %d announced a %llu-byte "
@@ -1327,6 +1527,16 @@ static void on_header(int i)
 		posted_unlink(r);
 		rx_into_req(i, r);
 		return;
+	}
+	/* Nobody wants it yet: of a call this rank made otherwise, nobody
+	 * will (the calls differ). */
+	if (h->id.coll != DRI_P2P) {
+		const dri_msg_id *mine = call_made(&h->id);
+
+		if (mine && !same_call_id(mine, &h->id)) {
+			calls_differ_locked(i, &h->id, mine);
+			return;
+		}
 	}
 	/* Park a large message nobody wants yet, unless a receive from this
 	 * peer is waiting for something behind it in the stream. */
@@ -1909,22 +2119,12 @@ static void check_flag_peers_locked(const dri_req *reqs, int n)
 {
 	for (int k = 0; k < n && !tp.abort_err; k++) {
 		const dri_req *r = &reqs[k];
-		char mine[256], theirs[256];
 		dri_msg_id pid;
 
 		if (r->complete || r->id.group_id || r->id.coll == DRI_P2P ||
 		    !dri_shm_peer_call(r->peer, r->id.seq, &pid))
 			continue;
-		dri_msg_id_describe(&r->id, mine, sizeof(mine));
-		dri_msg_id_describe(&pid, theirs, sizeof(theirs));
-		if (r->peer < tp.rank)
-			abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
-				     "called %s (seq %llu)", r->peer, theirs,
-				     tp.rank, mine, (unsigned long long)r->id.seq);
-		else
-			abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
-				     "called %s (seq %llu)", tp.rank, mine,
-				     r->peer, theirs, (unsigned long long)r->id.seq);
+		calls_differ_locked(r->peer, &pid, &r->id);
 	}
 }
 
@@ -2038,6 +2238,9 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t deadline,
 			int64_t timeout_ms, int fatal)
 {
 	int64_t spin_end = tp.spin_us ? now_us() + tp.spin_us : 0;
+	/* when to tell the peers our call (fatal waits: the monitored
+	 * barrier's late ranks are not a mismatch); 0 once done */
+	int64_t announce_at = fatal ? dri_now_ms() + ANNOUNCE_MS : 0;
 	dr_err err = DR_OK;
 	int i = 0, shown = -1;
 
@@ -2092,6 +2295,18 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t deadline,
 			check_flag_peers_locked(reqs + i, n - i);
 			if (tp.abort_err)
 				break;
+		}
+		if (announce_at && !spinning) {
+			int64_t now = dri_now_ms();
+
+			if (now >= announce_at) {
+				announce_at = 0;
+				announce_locked(reqs + i, n - i);
+				if (tp.abort_err)
+					break;
+			} else if (announce_at - now < left) {
+				left = announce_at - now;
+			}
 		}
 		if (step_locked(left, spinning) && tp.flow_us)
 			spin_end = now_us() + tp.flow_us;
@@ -2253,6 +2468,8 @@ void dri_transport_stop(void)
 	}
 	tp.addrs = NULL;
 	tp.ncancelled = tp.cancelled_next = 0;
+	tp.ncalls = tp.calls_next = tp.nheard = tp.heard_next = 0;
+	memset(tp.heard, 0, sizeof(tp.heard));
 	tp.on = 0;
 	__atomic_store_n(&tp.abort_err, DR_OK, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&tp.mu);

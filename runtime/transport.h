@@ -26,6 +26,8 @@ typedef struct dri_req {
 	void *buf;
 	size_t len, done;       /* bytes */
 	int source;             /* receives: who sent it */
+	int kind;               /* the frame: DRI_WIRE_DATA, or the
+				 * transport's own DRI_WIRE_CALL */
 	volatile int complete;
 	dr_err status;
 	void *priv;             /* transport's */

@@ -37,7 +37,7 @@ dr_err dri_wire_decode(const unsigned char in[DRI_WIRE_HDR], dri_wire_hdr *h)
 	if (h->version != DRI_WIRE_VERSION)
 		return dri_fail(DR_EPROTO, "peer speaks protocol version %u, "
 				"this rank %u", h->version, DRI_WIRE_VERSION);
-	if (h->kind > DRI_WIRE_ABORT)
+	if (h->kind > DRI_WIRE_CALL)
 		return dri_fail(DR_EPROTO, "unknown message kind %u", h->kind);
 	h->id.group_id = dri_get32(in + 8);
 	h->id.coll = dri_get32(in + 12);

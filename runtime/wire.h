@@ -76,7 +76,10 @@ typedef struct {
 #define DRI_WIRE_MAGIC 0x4e555244u /* "DRUN" */
 #define DRI_WIRE_VERSION 1
 #define DRI_WIRE_HDR 64
-enum { DRI_WIRE_DATA = 0, DRI_WIRE_BYE = 1, DRI_WIRE_ABORT = 2 };
+/* DRI_WIRE_CALL: no payload; the id is the call its sender waits in,
+ * for a peer that may be in another call of that seq (transport.c). */
+enum { DRI_WIRE_DATA = 0, DRI_WIRE_BYE = 1, DRI_WIRE_ABORT = 2,
+       DRI_WIRE_CALL = 3 };
 typedef struct {
 	uint32_t magic;
 	uint16_t version;

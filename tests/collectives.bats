@@ -225,3 +225,32 @@ mismatch() {
 	echo "largest growth: $max KiB"
 	[ "$max" -lt 12288 ]
 }
+
+@test "different calls of one seq whose ranks wait for messages the other never sends: DR_EMISMATCH on every rank, not the timeout" {
+	# rank 1 makes the first call, ranks 0 and 2 the second: e.g. rank 1
+	# waits in an all_reduce for rank 0, which waits in its reduce for
+	# rank 1.  Each tells the other its call once a wait lasts 50 ms.
+	# DISTRUN_SHM_COLL=0: through messages on one host too.  A rank
+	# still in init when the others abort gets the error there.
+	local pairs="all_reduce,reduce all_reduce,all_gather all_reduce,gather
+		     barrier,monitored_barrier all_reduce,broadcast1
+		     reduce1,reduce gather1,reduce"
+	for shm in 1 0; do
+		for c in 1 5000; do
+			for pair in $pairs; do
+				local a=${pair%,*} b=${pair#*,}
+				run env DISTRUN_SHM_COLL=$shm DISTRUN_TIMEOUT=40s \
+					timeout 120 "$DISTRUN" -n 3 "$CTESTS/call_pairs" "$a" "$b" "$c"
+				echo "# SHM_COLL=$shm count=$c: rank 1 $a, the others $b"
+				echo "$output"
+				[ "$status" -eq 0 ]
+				! grep -q 'timed out' <<<"$output"
+				# every rank names two calls, rank 1's among them
+				# (a rank that returned at once from the other
+				# call may be named in its next one: seq 2 vs 1)
+				[ "$(grep -cE "DR_EMISMATCH: (dr_init_process_group: )?rank ([0-9]) called .* but rank ([0-9]) called " <<<"$output")" -eq 3 ]
+				[ "$(grep -cE "rank 1 called ${a%1}" <<<"$output")" -eq 3 ]
+			done
+		done
+	done
+}
