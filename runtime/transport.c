@@ -1232,29 +1232,36 @@ static void note_call_locked(const dri_msg_id *id)
 	tp.calls_next = (tp.calls_next + 1) % CALLS_KEPT;
 	if (tp.ncalls < CALLS_KEPT)
 		tp.ncalls++;
-	for (int k = 0; tp.nheard && k < HEARD_MAX && !tp.abort_err; k++)
+	for (int k = 0; tp.nheard && k < HEARD_MAX; k++)
 		if (tp.heard[k].src1 && tp.heard[k].id.seq == id->seq &&
 		    tp.heard[k].id.group_id == id->group_id) {
 			int src = tp.heard[k].src1 - 1;
 
 			tp.heard[k].src1 = 0;
 			tp.nheard--;
-			if (!same_call_id(&tp.heard[k].id, id))
+			if (!same_call_id(&tp.heard[k].id, id)) {
 				calls_differ_locked(src, &tp.heard[k].id, id);
+				return;
+			}
 		}
 	/* A message of this seq that came first: it may be one that no
 	 * receive of this call will take. */
-	for (struct umsg *m = tp.uq_head; m && !tp.abort_err; m = m->next)
+	for (struct umsg *m = tp.uq_head; m; m = m->next)
 		if (m->id.coll != DRI_P2P && m->id.seq == id->seq &&
-		    m->id.group_id == id->group_id && !same_call_id(&m->id, id))
+		    m->id.group_id == id->group_id && !same_call_id(&m->id, id)) {
+			/* (the abort frees the queue, m too) */
 			calls_differ_locked(m->src, &m->id, id);
-	for (int i = 0; i < tp.size && !tp.abort_err; i++) {
+			return;
+		}
+	for (int i = 0; i < tp.size; i++) {
 		const dri_msg_id *q = &tp.peers[i].rx.id;
 
 		if (tp.peers[i].parked && q->coll != DRI_P2P &&
 		    q->seq == id->seq && q->group_id == id->group_id &&
-		    !same_call_id(q, id))
+		    !same_call_id(q, id)) {
 			calls_differ_locked(i, q, id);
+			return;
+		}
 	}
 }
 
