@@ -1173,22 +1173,19 @@ static void req_init(dri_req *req, const dri_msg_id *id, int peer,
 
 /* ------------------------------------------------- announced calls */
 
-/* The group fails with DR_EMISMATCH: rank peer's call theirs against
- * this rank's call mine of the same seq, the lower rank named first. */
-static void calls_differ_locked(int peer, const dri_msg_id *theirs,
-				const dri_msg_id *mine)
+/* The group fails with DR_EMISMATCH: rank a called ida, rank b idb, of
+ * the same seq.  The order is the messages' (wire.c): the sender first,
+ * then the rank that waits for its message; the flags name the lower
+ * rank first (coll_shm.c). */
+static void calls_differ_locked(int a, const dri_msg_id *ida, int b,
+				const dri_msg_id *idb)
 {
-	char a[256], b[256];
-	unsigned long long seq = (unsigned long long)mine->seq;
+	char da[256], db[256];
 
-	dri_msg_id_describe(theirs, a, sizeof(a));
-	dri_msg_id_describe(mine, b, sizeof(b));
-	if (peer < tp.rank)
-		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
-			     "called %s (seq %llu)", peer, a, tp.rank, b, seq);
-	else
-		abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d "
-			     "called %s (seq %llu)", tp.rank, b, peer, a, seq);
+	dri_msg_id_describe(ida, da, sizeof(da));
+	dri_msg_id_describe(idb, db, sizeof(db));
+	abort_locked(DR_EMISMATCH, "rank %d called %s but rank %d called %s "
+		     "(seq %llu)", a, da, b, db, (unsigned long long)ida->seq);
 }
 
 /* Whether two ids of one group and seq name the same call (the tag
@@ -1240,7 +1237,9 @@ static void note_call_locked(const dri_msg_id *id)
 			tp.heard[k].src1 = 0;
 			tp.nheard--;
 			if (!same_call_id(&tp.heard[k].id, id)) {
-				calls_differ_locked(src, &tp.heard[k].id, id);
+				/* src waits for a message of ours */
+				calls_differ_locked(tp.rank, id, src,
+						    &tp.heard[k].id);
 				return;
 			}
 		}
@@ -1250,7 +1249,7 @@ static void note_call_locked(const dri_msg_id *id)
 		if (m->id.coll != DRI_P2P && m->id.seq == id->seq &&
 		    m->id.group_id == id->group_id && !same_call_id(&m->id, id)) {
 			/* (the abort frees the queue, m too) */
-			calls_differ_locked(m->src, &m->id, id);
+			calls_differ_locked(m->src, &m->id, tp.rank, id);
 			return;
 		}
 	for (int i = 0; i < tp.size; i++) {
@@ -1259,7 +1258,7 @@ static void note_call_locked(const dri_msg_id *id)
 		if (tp.peers[i].parked && q->coll != DRI_P2P &&
 		    q->seq == id->seq && q->group_id == id->group_id &&
 		    !same_call_id(q, id)) {
-			calls_differ_locked(i, q, id);
+			calls_differ_locked(i, q, tp.rank, id);
 			return;
 		}
 	}
@@ -1279,8 +1278,9 @@ static void on_call(int i)
 		return;
 	}
 	if ((mine = call_made(&h->id))) {
+		/* i waits for a message of ours */
 		if (!same_call_id(mine, &h->id))
-			calls_differ_locked(i, &h->id, mine);
+			calls_differ_locked(tp.rank, mine, i, &h->id);
 		return;
 	}
 	/* Not there yet (or long past): kept, in a free entry or in place
@@ -1541,7 +1541,7 @@ static void on_header(int i)
 		const dri_msg_id *mine = call_made(&h->id);
 
 		if (mine && !same_call_id(mine, &h->id)) {
-			calls_differ_locked(i, &h->id, mine);
+			calls_differ_locked(i, &h->id, tp.rank, mine);
 			return;
 		}
 	}
@@ -2131,7 +2131,10 @@ static void check_flag_peers_locked(const dri_req *reqs, int n)
 		if (r->complete || r->id.group_id || r->id.coll == DRI_P2P ||
 		    !dri_shm_peer_call(r->peer, r->id.seq, &pid))
 			continue;
-		calls_differ_locked(r->peer, &pid, &r->id);
+		if (r->peer < tp.rank)
+			calls_differ_locked(r->peer, &pid, tp.rank, &r->id);
+		else
+			calls_differ_locked(tp.rank, &r->id, r->peer, &pid);
 	}
 }
 

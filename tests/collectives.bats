@@ -254,3 +254,26 @@ mismatch() {
 		done
 	done
 }
+
+@test "random sequences of calls: exact on every rank when all agree; DR_EMISMATCH on every rank when one differs at a random call" {
+	# call_seq: 30 calls of every kind and size, the data checked after
+	# each; rank size/2 changes call d (its count, root or collective)
+	for seed in $(seq 1 12); do
+		local n=$((2 + seed % 3)) d=$((seed * 7 % 30)) how=$((seed % 3))
+		[ $((seed % 4)) -ne 0 ] || d=-1
+		run timeout 120 "$DISTRUN" -n $n "$CTESTS/call_seq" $seed 30 $d $how
+		echo "# seed $seed: $n ranks, rank $((n / 2)) differs at call $d (how $how)"
+		echo "$output" | grep -v '^\[[0-9]*\] \[' || true
+		[ "$status" -eq 0 ]
+		! grep -qE 'timed out|WRONG' <<<"$output"
+		local done mm
+		done=$(grep -c ': DONE$' <<<"$output" || true)
+		mm=$(grep -cE ': error at .*: DR_EMISMATCH: ' <<<"$output" || true)
+		if [ $d -lt 0 ]; then
+			[ "$done" -eq $n ]
+		else
+			# a root given to a call that has none changes nothing
+			[ "$done" -eq $n ] || [ "$mm" -eq $n ]
+		fi
+	done
+}

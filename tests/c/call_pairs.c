@@ -32,8 +32,10 @@ static dr_err call(const char *name, size_t c, float *s, float *r, int n)
 	size_t *counts = malloc(2 * (size_t)n * sizeof(size_t));
 	dr_err e;
 
-	if (!counts || k >= sizeof(base))
+	if (!counts || k >= sizeof(base)) {
+		free(counts);
 		return DR_ENOMEM;
+	}
 	memcpy(base, name, k + 1);
 	if (root)
 		base[k - 1] = 0;
@@ -109,5 +111,7 @@ int main(int argc, char **argv)
 	       e ? dr_last_error() : "no error");
 	fflush(stdout);
 	dr_destroy_process_group();
+	free(s);
+	free(r);
 	return e == DR_EMISMATCH ? 0 : 1;
 }
