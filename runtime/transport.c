@@ -64,7 +64,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -1084,6 +1086,30 @@ drop:
 
 /* -------------------------------------------------------- sending */
 
+/* Takes the announcements (CALL frames) out of peer i's send queue: the
+ * peer has gone (it said BYE, or its socket refuses writes), and what it
+ * is no longer there to hear is no error of this job.  Whether anything
+ * else is left is the caller's to judge. */
+static void drop_calls_locked(struct peer *p)
+{
+	dri_req **pp = &p->sq_head;
+
+	p->sq_tail = NULL;
+	while (*pp) {
+		dri_req *r = *pp;
+		if (r->kind == DRI_WIRE_CALL) {
+			if (r == p->sq_head)
+				p->shdr_ready = 0;
+			*pp = r->next;
+			r->next = NULL;
+			req_finish(r, DR_OK);
+			continue;
+		}
+		p->sq_tail = r;
+		pp = &r->next;
+	}
+}
+
 static void flush_peer(int i)
 {
 	struct peer *p = &tp.peers[i];
@@ -1132,6 +1158,17 @@ static void flush_peer(int i)
 				int e = errno;
 				if (e != EBADF)
 					on_readable(i);
+				if (tp.abort_err || p->state != P_UP)
+					return;
+				/* A peer that finished and closed refuses our
+				 * announcement of a call it already served: what
+				 * it sent before is still ours to read, and
+				 * reading decides (its BYE, or a reset). */
+				if (e == EPIPE || e == ECONNRESET) {
+					drop_calls_locked(p);
+					if (!p->sq_head)
+						return;
+				}
 				peer_io_error(i, e);
 				return;
 			}
@@ -1648,6 +1685,7 @@ static void on_header_bytes(int i)
 	 * made or waited for. */
 	close_peer(p);
 	p->state = P_GONE;
+	drop_calls_locked(p);
 	for (dri_req *r = tp.posted_head; r; r = r->next)
 		if (r->peer == i) {
 			abort_locked(DR_EPEER, "rank %d: rank %d left the process "
@@ -2397,6 +2435,34 @@ static void drain_peer(struct peer *p)
 		total += (size_t)n;
 }
 
+/* Before the sockets close: waits (2 s at most) until every byte we
+ * wrote to a TCP peer has reached it, reading meanwhile.  A socket closed
+ * with unread input sends a reset, and a reset throws away what our
+ * kernel still held for the peer: a peer still waiting for our last
+ * message may announce its call (a CALL frame) just as we close, and
+ * would lose that message. */
+static void settle_sockets_locked(void)
+{
+	int64_t deadline = dri_now_ms() + 2000;
+
+	while (dri_now_ms() < deadline) {
+		int busy = 0;
+		for (int i = 0; i < tp.size; i++) {
+			struct peer *p = &tp.peers[i];
+			int q = 0;
+			if (p->fd < 0 || p->state != P_UP ||
+			    dri_shm_is_peer(i))
+				continue;
+			drain_peer(p);
+			if (ioctl(p->fd, SIOCOUTQ, &q) == 0 && q > 0)
+				busy = 1;
+		}
+		if (!busy)
+			return;
+		poll(NULL, 0, 1);
+	}
+}
+
 void dri_transport_stop(void)
 {
 	int64_t deadline;
@@ -2441,6 +2507,11 @@ void dri_transport_stop(void)
 			h.src = tp.rank;
 			send_frame_best_effort(i, &h, NULL);
 		}
+	}
+	if (!tp.abort_err)
+		settle_sockets_locked();
+	for (int i = 0; i < tp.size; i++) {
+		struct peer *p = &tp.peers[i];
 		drain_peer(p);
 		close_peer(p);
 		p->state = P_GONE;
