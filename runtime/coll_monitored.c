@@ -72,6 +72,12 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 	if (err) {
 		name_missing(op, reqs, wait_all, verdict);
 		err = DR_OK;
+		/* The late ones learn it when they come (their wait for
+		 * the verdict ends at once instead of at twice the timeout),
+		 * and a rank that came to another call finds the mismatch. */
+		for (int i = 1; i < p; i++)
+			if (!reqs[i - 1].complete)
+				dri_give_up(&op->id, dri_peer(g, i));
 	}
 	for (int i = 1; i < p && !err; i++) {
 		if (!reqs[i - 1].complete)
@@ -103,6 +109,11 @@ static dr_err monitored_member(const dri_op *op)
 	if (err)
 		return err;
 	err = dri_waitall_timeout(reqs, 2, 2 * op->timeout_ms);
+	if (err == DR_ETIMEDOUT && reqs[1].complete)
+		return dri_fail(err, "Rank %d failed to pass monitoredBarrier "
+				"in %" PRId64 " ms (rank %d, the monitor, gave up "
+				"on it: it came later)", dri_peer(g, g->rank),
+				op->timeout_ms, dri_peer(g, 0));
 	if (err == DR_ETIMEDOUT)
 		return dri_fail(err, "Rank %d failed to pass monitoredBarrier "
 				"in %" PRId64 " ms (no verdict from it in twice "

@@ -117,6 +117,7 @@
 #define ANNOUNCE_MS 50
 #define CALLS_KEPT 64 /* this rank's calls kept to compare, newest */
 #define HEARD_MAX 64  /* announced calls of a seq this rank is not at yet */
+#define GAVE_MAX 16   /* monitored barriers whose monitor gave up on us */
 
 enum peer_state {
 	P_NONE,       /* no connection yet */
@@ -164,6 +165,9 @@ struct peer {
 	int told;
 	uint32_t told_group;
 	uint64_t told_seq;
+	/* our give-up CALL frame to it, as a monitor (dri_give_up) */
+	dri_req gave_req;
+	int gave_busy;
 	/* handshake as the connecting side */
 	dri_hs hs;
 	unsigned char hsbuf[DRI_HS_CHAL];
@@ -221,6 +225,14 @@ static struct {
 		int src1; /* the announcing rank + 1; 0: a free entry */
 		dri_msg_id id;
 	} heard[HEARD_MAX];
+	/* CALL frames of a monitored barrier: its monitor gave up on this
+	 * rank (dri_give_up), newest in place of the oldest */
+	struct {
+		int src1;
+		uint32_t group_id;
+		uint64_t seq;
+	} gave[GAVE_MAX];
+	int gave_next;
 	int nheard, heard_next;
 } tp = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -556,17 +568,6 @@ static int id_key_match(const dri_msg_id *want, const dri_msg_id *got)
 }
 
 
-/* Whether a message with id, arriving for the monitored barrier's
- * receive r, shows that its sender moved on to a later call of the group:
- * it gave up on this rank (arriving late) and sends no verdict.  The
- * receive then times out (not fatal) and the message waits for the call
- * it belongs to. */
-static int moved_on(const dri_req *r, const dri_msg_id *id)
-{
-	return r->id.coll == DRI_MONITORED_BARRIER && id->coll != DRI_P2P &&
-	       id->group_id == r->id.group_id && id->seq > r->id.seq;
-}
-
 /* Whether a message from peer i with id is the late one of a receive
  * that timed out (it is then forgotten: it comes once). */
 static int cancelled_take(int i, const dri_msg_id *id)
@@ -728,6 +729,14 @@ static void abort_locked(dr_err err, const char *fmt, ...)
 			 * the frame before the peer reads it. */
 			if (p->fd >= 0)
 				shutdown(p->fd, SHUT_WR);
+		} else if (p->state == P_HS_PROOF && p->fd >= 0) {
+			/* Our proof is out and the peer may take this
+			 * connection (it then counts it up and reads on):
+			 * the frame follows the proof, so that it learns why
+			 * rather than seeing an up connection close.  If it
+			 * drops the connection instead, nothing is lost. */
+			send_frame_best_effort(i, &h, tp.abort_msg);
+			shutdown(p->fd, SHUT_WR);
 		} else {
 			close_peer(p);
 		}
@@ -1301,6 +1310,39 @@ static void note_call_locked(const dri_msg_id *id)
 	}
 }
 
+/* Whether monitor i gave up on this rank in the monitored barrier id. */
+static int gave_up_on_us(int i, const dri_msg_id *id)
+{
+	for (int k = 0; k < GAVE_MAX; k++)
+		if (tp.gave[k].src1 == i + 1 &&
+		    tp.gave[k].group_id == id->group_id &&
+		    tp.gave[k].seq == id->seq)
+			return 1;
+	return 0;
+}
+
+/* A monitored barrier's CALL frame from peer i: only its monitor sends
+ * one (dri_give_up; announce_locked does not announce these barriers),
+ * once it gave up on this rank.  Our receive of its verdict, posted now
+ * or later, ends as timed out (not fatal: the group goes on). */
+static void gave_up_locked(int i, const dri_msg_id *id)
+{
+	dri_req *r;
+
+	tp.gave[tp.gave_next].src1 = i + 1;
+	tp.gave[tp.gave_next].group_id = id->group_id;
+	tp.gave[tp.gave_next].seq = id->seq;
+	tp.gave_next = (tp.gave_next + 1) % GAVE_MAX;
+	for (r = tp.posted_head; r; r = r->next)
+		if (r->peer == i && r->len && !r->is_send &&
+		    r->id.coll == DRI_MONITORED_BARRIER &&
+		    r->id.group_id == id->group_id && r->id.seq == id->seq) {
+			posted_unlink(r);
+			req_finish(r, DR_ETIMEDOUT);
+			return;
+		}
+}
+
 /* Peer i's DRI_WIRE_CALL frame: the call it waits in, against ours of
  * that seq, or kept until this rank gets there. */
 static void on_call(int i)
@@ -1318,8 +1360,12 @@ static void on_call(int i)
 		/* i waits for a message of ours */
 		if (!same_call_id(mine, &h->id))
 			calls_differ_locked(tp.rank, mine, i, &h->id);
+		else if (h->id.coll == DRI_MONITORED_BARRIER)
+			gave_up_locked(i, &h->id);
 		return;
 	}
+	if (h->id.coll == DRI_MONITORED_BARRIER)
+		gave_up_locked(i, &h->id);
 	/* Not there yet (or long past): kept, in a free entry or in place
 	 * of one in turn. */
 	for (k = 0; k < HEARD_MAX && tp.heard[k].src1; k++)
@@ -1342,7 +1388,10 @@ static void announce_locked(const dri_req *reqs, int n)
 		const dri_req *r = &reqs[k];
 		struct peer *p;
 
-		if (r->complete || r->id.coll == DRI_P2P || r->peer < 0 ||
+		/* (a monitored barrier's CALL frame says its monitor gave
+		 * up: dri_give_up) */
+		if (r->complete || r->id.coll == DRI_P2P ||
+		    r->id.coll == DRI_MONITORED_BARRIER || r->peer < 0 ||
 		    r->peer == tp.rank || r->peer >= tp.size)
 			continue;
 		p = &tp.peers[r->peer];
@@ -1403,6 +1452,37 @@ dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
 	return DR_OK;
 }
 
+void dri_give_up(const dri_msg_id *id, int peer)
+{
+	struct peer *p;
+
+	pthread_mutex_lock(&tp.mu);
+	if (!tp.on || tp.abort_err || peer < 0 || peer >= tp.size ||
+	    peer == tp.rank || tp.peers[peer].state == P_GONE)
+		goto out;
+	p = &tp.peers[peer];
+	if (p->gave_busy && !p->gave_req.complete)
+		goto out; /* one in flight: the peer is far behind anyway */
+	if (p->state == P_NONE)
+		start_connect(peer); /* queued until the handshake is done */
+	if (tp.abort_err)
+		goto out;
+	req_init(&p->gave_req, id, peer, 1, NULL, 0);
+	p->gave_req.kind = DRI_WIRE_CALL;
+	p->gave_busy = 1;
+	if (p->sq_tail)
+		p->sq_tail->next = &p->gave_req;
+	else
+		p->sq_head = &p->gave_req;
+	p->sq_tail = &p->gave_req;
+	if (p->state == P_UP && p->sq_head == &p->gave_req)
+		flush_peer(peer);
+	if (!p->gave_req.complete)
+		wake_locked();
+out:
+	pthread_mutex_unlock(&tp.mu);
+}
+
 /* -------------------------------------------------------- receiving */
 
 static void rx_into_req(int i, dri_req *r);
@@ -1450,7 +1530,10 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 	for (m = tp.uq_head; m; m = m->next)
 		if ((peer < 0 || m->src == peer) && id_key_match(id, &m->id))
 			break;
-	if (m && moved_on(req, &m->id)) {
+	/* The monitor gave up on us: the verdict, if it came, is the
+	 * message of this seq; anything later waits for its own call. */
+	if (id->coll == DRI_MONITORED_BARRIER && len && peer >= 0 &&
+	    !(m && m->id.seq == id->seq) && gave_up_on_us(peer, id)) {
 		req_finish(req, DR_ETIMEDOUT);
 		goto out;
 	}
@@ -1562,11 +1645,6 @@ static void on_header(int i)
 	for (r = tp.posted_head; r; r = r->next)
 		if ((r->peer < 0 || r->peer == i) && id_key_match(&r->id, &h->id))
 			break;
-	if (r && moved_on(r, &h->id)) {
-		posted_unlink(r);
-		req_finish(r, DR_ETIMEDOUT);
-		r = NULL;
-	}
 	if (r) {
 		posted_unlink(r);
 		rx_into_req(i, r);
@@ -2551,6 +2629,8 @@ void dri_transport_stop(void)
 	tp.ncancelled = tp.cancelled_next = 0;
 	tp.ncalls = tp.calls_next = tp.nheard = tp.heard_next = 0;
 	memset(tp.heard, 0, sizeof(tp.heard));
+	memset(tp.gave, 0, sizeof(tp.gave));
+	tp.gave_next = 0;
 	tp.on = 0;
 	__atomic_store_n(&tp.abort_err, DR_OK, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&tp.mu);

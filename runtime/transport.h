@@ -53,6 +53,14 @@ dr_err dri_waitall(dri_req *reqs, int n);
  * DR_ETIMEDOUT) and the group goes on (monitored_barrier).  Other errors
  * abort the group as in dri_waitall. */
 dr_err dri_waitall_timeout(dri_req *reqs, int n, int64_t timeout_ms);
+/* The monitored barrier's monitor gave up on peer (it did not arrive
+ * within the timeout): tells it so, best effort and without waiting, with
+ * a CALL frame of the barrier's id queued behind what this rank sent it.
+ * The peer's receive of the verdict (id, a non-empty receive from this
+ * rank) then ends at once as timed out, whether it is posted already or
+ * later; a peer that made another call of that seq fails the group with
+ * DR_EMISMATCH. */
+void dri_give_up(const dri_msg_id *id, int peer);
 /* Conveniences over isend/irecv/waitall. */
 dr_err dri_send(const dri_msg_id *id, int peer, const void *buf, size_t len);
 dr_err dri_recv(const dri_msg_id *id, int peer, void *buf, size_t len);

@@ -255,6 +255,25 @@ mismatch() {
 	done
 }
 
+@test "a monitored barrier against a monitor that made another call and went on: DR_EMISMATCH on the member, never a give-up" {
+	# Rank 1 waits in a monitored barrier for rank 0's verdict; ranks 0,
+	# 2 and 3 made a reduce (a gather) to rank 1, in which rank 0 sends
+	# rank 1 nothing, and went on to a barrier.  Rank 0's barrier message
+	# used to be taken for the monitor giving up on rank 1 (DR_ETIMEDOUT,
+	# "failed to pass", in about 1 run of 6 over TCP); only the monitor's
+	# own word (dri_give_up) says that now.
+	for k in $(seq 1 8); do
+		for b in reduce1 gather1; do
+			run env DISTRUN_TIMEOUT=40s timeout 120 "$DISTRUN" -n 4 \
+				"$CTESTS/call_pairs" monitored_barrier "$b" 5000
+			echo "# run $k: rank 1 monitored_barrier, the others $b"
+			echo "$output"
+			grep -q '^\[1\] rank 1: DR_EMISMATCH: ' <<<"$output"
+			! grep -qE 'DR_ETIMEDOUT|failed to pass|timed out' <<<"$output"
+		done
+	done
+}
+
 @test "random sequences of calls: exact on every rank when all agree; DR_EMISMATCH on every rank when one differs at a random call" {
 	# call_seq: 30 calls of every kind and size, the data checked after
 	# each; rank size/2 changes call d (its count, root or collective)

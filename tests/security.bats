@@ -269,6 +269,8 @@ finish_job() {
 	echo "$output"
 	[ "$status" -eq 0 ]
 	grep -q '^\[0\] rank 0: monitored_barrier: DR_ETIMEDOUT: Rank 1 failed to pass monitoredBarrier' <<<"$output"
+	# rank 1 hears it from rank 0 (dri_give_up), not from a later message
+	grep -q '^\[1\] rank 1: monitored_barrier: DR_ETIMEDOUT: Rank 1 failed to pass monitoredBarrier in 500 ms (rank 0, the monitor, gave up on it: it came later)$' <<<"$output"
 	[ "$(grep -c 'rank [01]: late ok$' <<<"$output")" -eq 2 ]
 }
 
