@@ -30,7 +30,9 @@
  * (the header alone); the peer compares the call with its own of that seq,
  * kept from its sends and receives, at once or when it gets there, as it
  * does any message of a seq it made another call of, and fails the group
- * with DR_EMISMATCH instead of waiting for the timeout.
+ * with DR_EMISMATCH instead of waiting for the timeout.  A monitored
+ * barrier's waits announce nothing (a late rank is no mismatch): its CALL
+ * frame is the monitor's word that it gave up on the rank (dri_give_up).
  *
  * Threads: one mutex guards everything; one thread at a time (the poller)
  * blocks in poll() without it, and the others wait on a condition variable
