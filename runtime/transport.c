@@ -1465,10 +1465,9 @@ void dri_give_up(const dri_msg_id *id, int peer)
 	p = &tp.peers[peer];
 	if (p->gave_busy && !p->gave_req.complete)
 		goto out; /* one in flight: the peer is far behind anyway */
-	if (p->state == P_NONE)
-		start_connect(peer); /* queued until the handshake is done */
-	if (tp.abort_err)
-		goto out;
+	/* Not connected: it waits in the queue, without a connection of
+	 * ours (a rank that died must not fail the group through it), for
+	 * the late rank's own connection (peer_up sends it). */
 	req_init(&p->gave_req, id, peer, 1, NULL, 0);
 	p->gave_req.kind = DRI_WIRE_CALL;
 	p->gave_busy = 1;
@@ -2568,7 +2567,8 @@ void dri_transport_stop(void)
 		int busy = 0;
 		for (int i = 0; i < tp.size; i++)
 			if (tp.peers[i].sq_head &&
-			    tp.peers[i].state != P_GONE)
+			    tp.peers[i].state != P_GONE &&
+			    tp.peers[i].state != P_NONE) /* dri_give_up's */
 				busy = 1;
 		if (!busy)
 			break;

@@ -274,6 +274,21 @@ finish_job() {
 	[ "$(grep -c 'rank [01]: late ok$' <<<"$output")" -eq 2 ]
 }
 
+@test "a late rank that rank 0 had no connection to yet is told that rank 0 gave up on it, when it comes" {
+	# 8 ranks over TCP: after init, rank 0 has talked to 1, 2, 4, 6 and
+	# 7 only; the give-up waits in its queue for rank 3's (5's) own
+	# connection, and rank 0 opens none to a rank that may be dead
+	for late in 3 5; do
+		mkdir -p "$DIR/$late"
+		DISTRUN_TRANSPORT=tcp run "$DISTRUN" --timeout 100s -n 8 "$VICTIM" late "$DIR/$late" $late
+		echo "$output"
+		[ "$status" -eq 0 ]
+		grep -q "^\[$late\] rank $late: monitored_barrier: DR_ETIMEDOUT: Rank $late failed to pass monitoredBarrier in 500 ms (rank 0, the monitor, gave up on it: it came later)\$" <<<"$output"
+		[ "$(grep -c "failed to pass monitoredBarrier in 500 ms (reported by rank 0)\$" <<<"$output")" -eq 6 ]
+		[ "$(grep -c 'rank [0-7]: late ok$' <<<"$output")" -eq 8 ]
+	done
+}
+
 @test "dr_new_group with another count or list on one rank fails on every rank; the world goes on" {
 	run "$DISTRUN" --timeout 100s -n 3 "$VICTIM" newgroup
 	echo "$output"

@@ -14,9 +14,9 @@
  *   args        calls with counts whose size wraps, NULL buffers, a dtype,
  *               op or root out of range: DR_EINVAL on the calling rank,
  *               nothing sent, then an exact all_reduce
- *   late DIR    (2 ranks) rank 1 calls a monitored barrier only after rank
- *               0's timed out on it; then a barrier, an all_reduce and a
- *               monitored barrier must work
+ *   late DIR [LATE]  rank LATE (default 1) calls a monitored barrier
+ *               only after rank 0's timed out on it; then a barrier, an
+ *               all_reduce and a monitored barrier must work
  *   newgroup    the last rank passes dr_new_group another count, then
  *               another list: DR_EMISMATCH on every rank, and the world
  *               goes on
@@ -166,16 +166,18 @@ static void mode_args(void)
 	printf("rank %d: args ok\n", rank);
 }
 
-/* Rank 1 comes to a monitored barrier only after rank 0 gave up on it;
+/* Rank LATE comes to a monitored barrier only after rank 0 gave up on it;
  * both time out, then the group goes on. */
-static void mode_late(const char *dir)
+static void mode_late(const char *dir, int late)
 {
 	char path[512];
 	int32_t v = 1;
 	dr_err e;
 
+	if (late < 1 || late >= size)
+		DIE("late rank %d: not in 1..%d", late, size - 1);
 	snprintf(path, sizeof(path), "%s/gave-up", dir);
-	if (rank == 1)
+	if (rank == late)
 		for (int i = 0; access(path, F_OK); i++) {
 			if (i > 1200)
 				DIE("no %s after 120 s", path);
@@ -338,12 +340,12 @@ int main(int argc, char **argv)
 		mode_args();
 	else if (!strcmp(mode, "newgroup"))
 		mode_newgroup();
-	else if (!strcmp(mode, "late") && argc == 3)
-		mode_late(argv[2]);
+	else if (!strcmp(mode, "late") && (argc == 3 || argc == 4))
+		mode_late(argv[2], argc == 4 ? atoi(argv[3]) : 1);
 	else if (!strcmp(mode, "waitclock") && argc == 3)
 		mode_waitclock(argv[2]);
 	else
 		DIE("usage: sec_victim wait DIR | init | closefd | args | "
-		    "late DIR | waitclock DIR | newgroup | retry PORT");
+		    "late DIR [LATE] | waitclock DIR | newgroup | retry PORT");
 	return 0;
 }
