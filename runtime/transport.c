@@ -1382,6 +1382,26 @@ static void on_call(int i)
 	tp.nheard++;
 }
 
+/* Queues a CALL frame of id to peer i in its request r (a slot of the
+ * peer's own), behind what we sent it; written at once if it is next on
+ * an up connection, else when the connection comes up or drains. */
+static void queue_call_locked(int i, dri_req *r, const dri_msg_id *id)
+{
+	struct peer *p = &tp.peers[i];
+
+	req_init(r, id, i, 1, NULL, 0);
+	r->kind = DRI_WIRE_CALL;
+	if (p->sq_tail)
+		p->sq_tail->next = r;
+	else
+		p->sq_head = r;
+	p->sq_tail = r;
+	if (p->state == P_UP && p->sq_head == r)
+		flush_peer(i);
+	if (!r->complete)
+		wake_locked(); /* the poller must watch for POLLOUT */
+}
+
 /* A wait of a collective has lasted ANNOUNCE_MS: each peer that one of
  * its requests still waits for is told the call (once per call). */
 static void announce_locked(const dri_req *reqs, int n)
@@ -1402,18 +1422,10 @@ static void announce_locked(const dri_req *reqs, int n)
 		     p->told_seq == r->id.seq) ||
 		    (p->told && !p->call_req.complete))
 			continue;
-		req_init(&p->call_req, &r->id, r->peer, 1, NULL, 0);
-		p->call_req.kind = DRI_WIRE_CALL;
 		p->told = 1;
 		p->told_group = r->id.group_id;
 		p->told_seq = r->id.seq;
-		if (p->sq_tail)
-			p->sq_tail->next = &p->call_req;
-		else
-			p->sq_head = &p->call_req;
-		p->sq_tail = &p->call_req;
-		if (p->sq_head == &p->call_req)
-			flush_peer(r->peer);
+		queue_call_locked(r->peer, &p->call_req, &r->id);
 	}
 }
 
@@ -1468,18 +1480,8 @@ void dri_give_up(const dri_msg_id *id, int peer)
 	/* Not connected: it waits in the queue, without a connection of
 	 * ours (a rank that died must not fail the group through it), for
 	 * the late rank's own connection (peer_up sends it). */
-	req_init(&p->gave_req, id, peer, 1, NULL, 0);
-	p->gave_req.kind = DRI_WIRE_CALL;
 	p->gave_busy = 1;
-	if (p->sq_tail)
-		p->sq_tail->next = &p->gave_req;
-	else
-		p->sq_head = &p->gave_req;
-	p->sq_tail = &p->gave_req;
-	if (p->state == P_UP && p->sq_head == &p->gave_req)
-		flush_peer(peer);
-	if (!p->gave_req.complete)
-		wake_locked();
+	queue_call_locked(peer, &p->gave_req, id);
 out:
 	pthread_mutex_unlock(&tp.mu);
 }
