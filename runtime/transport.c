@@ -1382,15 +1382,13 @@ static void on_call(int i)
 	tp.nheard++;
 }
 
-/* Queues a CALL frame of id to peer i in its request r (a slot of the
- * peer's own), behind what we sent it; written at once if it is next on
- * an up connection, else when the connection comes up or drains. */
-static void queue_call_locked(int i, dri_req *r, const dri_msg_id *id)
+/* Puts send r at the end of peer i's queue; written at once if it is
+ * next on an up connection, else when the connection comes up or
+ * drains. */
+static void sq_push_locked(int i, dri_req *r)
 {
 	struct peer *p = &tp.peers[i];
 
-	req_init(r, id, i, 1, NULL, 0);
-	r->kind = DRI_WIRE_CALL;
 	if (p->sq_tail)
 		p->sq_tail->next = r;
 	else
@@ -1400,6 +1398,15 @@ static void queue_call_locked(int i, dri_req *r, const dri_msg_id *id)
 		flush_peer(i);
 	if (!r->complete)
 		wake_locked(); /* the poller must watch for POLLOUT */
+}
+
+/* Queues a CALL frame of id to peer i in its request r (a slot of the
+ * peer's own), behind what we sent it. */
+static void queue_call_locked(int i, dri_req *r, const dri_msg_id *id)
+{
+	req_init(r, id, i, 1, NULL, 0);
+	r->kind = DRI_WIRE_CALL;
+	sq_push_locked(i, r);
 }
 
 /* A wait of a collective has lasted ANNOUNCE_MS: each peer that one of
@@ -1432,8 +1439,6 @@ static void announce_locked(const dri_req *reqs, int n)
 dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
 		 const void *buf, size_t len)
 {
-	struct peer *p;
-
 	req_init(req, id, peer, 1, (void *)buf, len);
 	pthread_mutex_lock(&tp.mu);
 	if (!tp.on || peer < 0 || peer >= tp.size || peer == tp.rank) {
@@ -1452,16 +1457,7 @@ dr_err dri_isend(dri_req *req, const dri_msg_id *id, int peer,
 		pthread_mutex_unlock(&tp.mu);
 		return DR_OK;
 	}
-	p = &tp.peers[peer];
-	if (p->sq_tail)
-		p->sq_tail->next = req;
-	else
-		p->sq_head = req;
-	p->sq_tail = req;
-	if (p->state == P_UP && p->sq_head == req)
-		flush_peer(peer);
-	if (!req->complete)
-		wake_locked(); /* the poller must watch for POLLOUT */
+	sq_push_locked(peer, req);
 	pthread_mutex_unlock(&tp.mu);
 	return DR_OK;
 }
