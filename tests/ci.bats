@@ -442,9 +442,9 @@ EOF
 	[[ "$output" == *"distrun: rank 1 exited with status 1"* ]]
 }
 
-@test "the README's example list runs as the README says" {
+@test "the example list of docs/ci.md runs as it says" {
 	mkdir -p "$BATS_TEST_TMPDIR/tests"
-	sed -n '/^# tests\/smoke.list/,/^```/p' "$SRCDIR/README.md" | sed '$d' |
+	sed -n '/^# tests\/smoke.list/,/^```/p' "$SRCDIR/docs/ci.md" | sed '$d' |
 		sed "s|\.\./build/|$B/|g" >"$BATS_TEST_TMPDIR/tests/smoke.list"
 	[ "$(grep -vc '^#' "$BATS_TEST_TMPDIR/tests/smoke.list")" -eq 5 ]
 	run "$DISTRUN" test "$BATS_TEST_TMPDIR/tests/smoke.list"
