@@ -29,7 +29,7 @@
 
 /* Calls (and output lines) kept per page, over all ranks; at least
  * MIN_PER_RANK a rank. */
-#define PAGE_SLICES 100000
+#define PAGE_SLICES 50000
 #define MIN_PER_RANK 100
 /* A run's report and trace read for a sweep's or test run's page. */
 #define REPORT_EMBED_MAX (16u << 20)

@@ -267,8 +267,8 @@ function timeline(m, sec, tip) {
 			if (r.span) {
 				var a = Math.max(LW, x(r.span[0])), b = Math.min(W, x(r.span[1]));
 				if (b > a)
-					out.push('<rect class="' + (/^exit status 0$|^exited 0$/.test(r.span[2] || '') ||
-						!r.span[2] || /running/.test(r.span[2]) ? 'span' : 'dead') +
+					out.push('<rect class="' + (/killed|status [1-9]|wait status/.test(r.span[2] || '') ?
+						'dead' : 'span') +
 						'" x="' + a + '" y="' + y + '" width="' + (b - a) +
 						'" height="' + hh + '"/>');
 			}
@@ -476,7 +476,8 @@ function grid(m, sec, lanes) {
 			});
 		});
 		var cw = Math.max(2, Math.min(14, Math.floor(1100 / cols))), ch = Math.max(2, Math.min(14, Math.floor(500 / rows.length)));
-		var LW = 70, W = LW + cols * cw + 4, H = 16 + rows.length * ch + 2, out = [];
+		var LW = 70, W = Math.max(LW + cols * cw + 4, 460), H = 16 + rows.length * ch + 2, out = [];
+		var gap = ch >= 6 && cw >= 4 ? 1 : 0;
 		out.push('<text x="' + LW + '" y="11">' + esc((g ? 'group ' + g : 'world') + ' seq ' + seqs[0] +
 			 ' to ' + seqs[seqs.length - 1] + (per > 1 ? ' (' + per + ' calls a column: the worst shown)' : '')) + '</text>');
 		rows.forEach(function (r, i) {
@@ -490,8 +491,8 @@ function grid(m, sec, lanes) {
 				while (e + 1 < cols && cells[i][e + 1] === k) e++;
 				if (k !== null) {
 					var q0 = seqs[c * per], q1 = seqs[Math.min(seqs.length - 1, (e + 1) * per - 1)];
-					out.push('<rect class="' + k + '" data-q="' + q0 + '" x="' + (LW + c * cw + 0.5) + '" y="' + (y + 0.5) +
-						 '" width="' + ((e - c + 1) * cw - 1) + '" height="' + Math.max(1, ch - 1) + '"><title>' +
+					out.push('<rect class="' + k + '" data-q="' + q0 + '" x="' + (LW + c * cw) + '" y="' + y +
+						 '" width="' + ((e - c + 1) * cw - gap) + '" height="' + (ch - gap) + '"><title>' +
 						 esc((m.ranks[r] ? m.ranks[r].name : 'rank ' + r) + ', seq ' + q0 + (q1 !== q0 ? '-' + q1 : '') + ': ' +
 						 (k === 'miss' ? 'never entered' : k === 'unf' ? 'entered, never left' : 'arrived ' +
 						  ['< 100 µs', '< 1 ms', '< 10 ms', '< 100 ms', '< 1 s', '≥ 1 s'][+k[1]] + ' after the first')) +
@@ -725,7 +726,7 @@ function matrix(page) {
 }
 
 function main() {
-	var page = readJSON('distrun-page'), app = $('app');
+	var t0 = Date.now(), page = readJSON('distrun-page'), app = $('app');
 	if (!page || !app) return;
 	var tip = h('div', { id: 'tip' });
 	document.body.appendChild(tip);
@@ -749,6 +750,9 @@ function main() {
 		}
 	});
 	document.body.setAttribute('data-rendered', 'yes');
+	document.body.setAttribute('data-render-ms', Date.now() - t0);
+	/* since the browser started loading the page */
+	document.body.setAttribute('data-ready-ms', Math.round(performance.now()));
 }
 main();
 })();

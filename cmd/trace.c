@@ -117,9 +117,13 @@ char *trace_text(struct job *job, size_t max_calls)
 		diag_harvest(job, r);
 		dropped += d->rk[r].dropped;
 	}
-	/* Latest arrival per collective, for the waits. */
+	/* Latest arrival per collective, for the waits.  With a cap, from
+	 * the calls kept only: a rank whose record of a call was left out
+	 * was further on, so it came to that call earlier than the last. */
 	for (int r = 0; r < n; r++)
-		for (size_t i = 0; i < d->rk[r].nrec; i++) {
+		for (size_t i = max_calls && d->rk[r].nrec > max_calls ?
+				d->rk[r].nrec - max_calls : 0;
+		     i < d->rk[r].nrec; i++) {
 			const dri_ctl_call *c = &d->rk[r].recs[i];
 
 			if (c->coll == DRI_P2P)
