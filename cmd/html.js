@@ -234,7 +234,7 @@ function timeline(m, sec, tip) {
 			h('i', { style: 'background:#7e57c2' }), 'point-to-point',
 			h('i', { style: 'background:#8a94a6' }), 'several calls (zoom in)',
 			h('i', { style: 'background:#eef0f3' }), 'user code',
-			'| ticks: output (red: stderr) · wheel: zoom · drag: pan']),
+			' · ticks: output (red: stderr) · wheel: zoom · drag: pan']),
 		note]);
 	wrap.appendChild(tools);
 	wrap.appendChild(svg);
