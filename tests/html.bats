@@ -12,7 +12,6 @@ bats_require_minimum_version 1.5.0
 HANG=$CTESTS/diag_hang
 
 setup() {
-	command -v chromium >/dev/null || skip "chromium is not installed"
 	[ -f "$SRCDIR/cmd/segment.c" ] && [ -f "$SRCDIR/runtime/seg.c" ] ||
 		skip "needs the per-job segment (cmd/segment.c, runtime/seg.c)"
 	P=$BATS_TEST_TMPDIR
@@ -21,6 +20,7 @@ setup() {
 # browser ARGS... URL: chromium headless without a network (root: a network
 # namespace; others: a user and network namespace).
 browser() {
+	command -v chromium >/dev/null || skip "chromium is not installed"
 	local ns=(unshare -n)
 	[ "$(id -u)" -eq 0 ] || ns=(unshare -rn)
 	timeout 120 "${ns[@]}" chromium --headless --no-sandbox --disable-gpu \
@@ -176,4 +176,16 @@ page_requests() {
 	# and "" means none, as for --junit
 	run "$DISTRUN" --html= true
 	[ "$status" -eq 0 ]
+}
+
+@test "--trace slices nest: a call a rank died in ends with the rank" {
+	run -137 "$DISTRUN" -n 3 --trace "$P/t.json" "$HANG" kill
+	# every call of a rank lies inside that rank's slice
+	jq -e '[[.traceEvents[] | select(.ph == "X")] | group_by(.tid)[] |
+		(map(select(.cat == "rank"))[0]) as $r |
+		map(select(.cat != "rank")) | length > 0 and
+		all(.ts >= $r.ts and .ts + .dur <= $r.ts + $r.dur + 0.001)] |
+		length == 3 and all' "$P/t.json"
+	# the call rank 1 died in is there, unfinished
+	[ "$(jq '[.traceEvents[] | select(.tid == 1 and .args.status == "unfinished")] | length' "$P/t.json")" -ge 1 ]
 }
