@@ -15,8 +15,8 @@
  *
  * Large jobs: a job's page embeds each rank's last calls and output lines
  * only (PAGE_SLICES over all ranks), a sweep's or test run's page embeds a
- * run's trace only under TRACE_EMBED_MAX bytes; the page says what it
- * left out and where the whole trace is.
+ * run's trace only under TRACE_EMBED_MAX bytes, and TRACES_EMBED_MAX in
+ * all; the page says what it left out and where the whole trace is.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +34,7 @@
 /* A run's report and trace read for a sweep's or test run's page. */
 #define REPORT_EMBED_MAX (16u << 20)
 #define TRACE_EMBED_MAX (24u << 20)
+#define TRACES_EMBED_MAX (64u << 20)   /* all of a page's traces */
 
 struct html_sec {
 	char *meta;      /* JSON members for the section (no braces) */
@@ -220,6 +221,7 @@ int html_ci(const char *path, bool test, struct ci_case *cases, int ncases,
 	struct html_sec *secs = calloc((size_t)(ncases ? ncases : 1),
 				       sizeof(*secs));
 	struct sb title = { 0 }, head = { 0 };
+	size_t traces = 0;
 	int bad = 0, rc;
 
 	if (!secs) {
@@ -237,6 +239,14 @@ int html_ci(const char *path, bool test, struct ci_case *cases, int ncases,
 					       &why);
 			secs[i].trace = slurp(c->trace_path, TRACE_EMBED_MAX,
 					      &why);
+			traces += secs[i].trace ? strlen(secs[i].trace) : 0;
+			if (traces > TRACES_EMBED_MAX) {
+				why = "too large to embed (the page holds at "
+				      "most 64 MiB of traces)";
+				traces -= strlen(secs[i].trace);
+				free(secs[i].trace);
+				secs[i].trace = NULL;
+			}
 		}
 		sb_printf(&m, "\"name\":");
 		sb_json_str(&m, c->name);
