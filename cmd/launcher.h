@@ -20,6 +20,9 @@
  *   job.c      the event loop: poll over pipes and a signalfd, reaping
  *              with wait4, stopping the job (TERM, grace, KILL)
  *   report.c   the end-of-job summary on stderr and the JSON report
+ *   html.c     --html: one page of the run from the report and the trace
+ *   outfile.c  --report, --junit, --tap, --trace, --html: "incomplete" from
+ *              the start, the final text by temporary file and rename
  *   fmt.c      formatting helpers (signal names, statuses, rank lists);
  *              with runtime/clock.c, the bottom layer
  *

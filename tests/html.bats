@@ -189,3 +189,29 @@ page_requests() {
 	# the call rank 1 died in is there, unfinished
 	[ "$(jq '[.traceEvents[] | select(.tid == 1 and .args.status == "unfinished")] | length' "$P/t.json")" -ge 1 ]
 }
+
+@test "hover names the call and joins it across ranks; the wheel zooms" {
+	run -124 "$DISTRUN" -n 4 --stall-timeout 2s --html "$P/h.html" "$HANG" skip
+	# what a person does, done by a script added to a copy of the page
+	cp "$P/h.html" "$P/act.html"
+	cat >>"$P/act.html" <<-'EOF'
+	<script>
+	var svg = document.getElementById('s0-lanes');
+	var r = svg.querySelector('rect.w[data-r="2"]');
+	r.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: 500, clientY: 100 }));
+	document.body.setAttribute('data-tip', document.getElementById('tip').textContent.replace(/\n/g, ' | '));
+	document.body.setAttribute('data-link', svg.querySelector('polyline.link').getAttribute('points').split(' ').length);
+	var before = document.getElementById('s0-lanes-note').textContent;
+	svg.dispatchEvent(new WheelEvent('wheel', { bubbles: true, cancelable: true, deltaY: -100, clientX: 500, clientY: 50 }));
+	document.body.setAttribute('data-zoomed', before !== document.getElementById('s0-lanes-note').textContent);
+	</script>
+	EOF
+	dom "$P/act.html"
+	tip=$(grep -o 'data-tip="[^"]*"' "$P/dom.html")
+	[[ $tip == *"rank 2: barrier"* ]]
+	[[ $tip == *"world seq 1  status unfinished"* ]]
+	[[ $tip == *"(ranks that never came)"* ]]
+	# the same call on ranks 0, 2 and 3, joined
+	grep -q 'data-link="3"' "$P/dom.html"
+	grep -q 'data-zoomed="true"' "$P/dom.html"
+}
