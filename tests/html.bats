@@ -215,3 +215,17 @@ page_requests() {
 	grep -q 'data-link="3"' "$P/dom.html"
 	grep -q 'data-zoomed="true"' "$P/dom.html"
 }
+
+@test "every ending writes the page: SIGKILL (the OOM hint), timeout, cannot run" {
+	run -137 "$DISTRUN" -n 2 --html "$P/k.html" "$TESTDATA/killself" 9 1
+	dom "$P/k.html"
+	has '<div class="verdict">failed: rank 1 was killed by SIGKILL</div>'
+	has "often the kernel's out-of-memory killer"
+	run -124 "$DISTRUN" -n 2 --timeout 1s --html "$P/t.html" "$TESTDATA/hang"
+	dom "$P/t.html"
+	has '<div class="verdict">timed out</div>'
+	run -127 "$DISTRUN" -n 2 --html "$P/n.html" ./no/such/program
+	dom "$P/n.html"
+	has '<div class="verdict">failed: cannot run</div>'
+	has '<h3>rank 1: not started</h3>'
+}
