@@ -123,6 +123,21 @@ $(DISTRUN): $(CMD_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(CMD_OBJ) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
 
+# --html's page template (html.c): the CSS and the script, kept as files
+# of their own and made C strings here.
+HTML_TMPL := $(B)/gen/html_tmpl.h
+$(B)/obj/cmd/html.o: $(HTML_TMPL)
+$(B)/obj/cmd/html.o: ALL_CFLAGS += -I$(B)/gen
+$(HTML_TMPL): cmd/html.css cmd/html.js
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q){ echo '/* made by the Makefile from cmd/html.css, cmd/html.js */'; \
+	  for f in $^; do \
+	    printf 'static const char html_%s[] =\n' "$${f##*.}"; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; \
+	    echo ';'; \
+	  done; } > $@.tmp && mv $@.tmp $@
+
 # The Python stack helper that distrun puts on the ranks' PYTHONPATH
 # (diag.c), found relative to the distrun binary.
 PYHELPER := $(B)/share/distrun/python/sitecustomize.py

@@ -103,7 +103,11 @@ struct ci_case {
 	int attempts;
 	int cores;                 /* CPUs distrun may use */
 	bool oversubscribed;       /* more ranks ran than cores at its start */
-	char dir[4096];            /* its --output-dir and report */
+	char dir[4096];            /* its --output-dir (and report in a test
+				      run) */
+	char report_path[4096];    /* its child's --report */
+	char trace_path[4096];     /* its child's --trace, "" if none */
+	bool trace_user;           /* trace_path is the user's --trace */
 };
 
 const char *ci_verdict_name(enum ci_verdict v);
@@ -118,6 +122,13 @@ long ci_utf8_next(const unsigned char **p, const unsigned char *end);
 int junit_write(const char *path, struct ci_list *lists, int nlists,
 		struct ci_case *cases, int ncases);
 int tap_write(const char *path, struct ci_case *cases, int ncases);
+/* testrun.c: at most max bytes of path, NUL-terminated (malloc'd), or
+ * NULL if it cannot be read; *len (if not NULL) gets the file's size. */
+char *ci_read_file(const char *path, size_t max, size_t *len);
+/* html.c: --html's page of a sweep (test false; argv the command) or a
+ * test run: a section per case, from its report and trace files. */
+int html_ci(const char *path, bool test, struct ci_case *cases, int ncases,
+	    char **argv, int argc);
 
 /* ------------------------------------------------------------ entry points */
 

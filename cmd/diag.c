@@ -43,6 +43,7 @@
 #include "ctl.h"
 #include "error.h"
 #include "diag.h"
+#include "ci.h"
 
 extern char **environ;
 
@@ -105,7 +106,21 @@ void sb_json_str(struct sb *b, const char *s)
 		return;
 	}
 	sb_printf(b, "\"");
+	const unsigned char *end = (const unsigned char *)s + strlen(s);
+
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		const unsigned char *c = p;
+
+		/* Bytes that are not UTF-8 (a line cut inside a character,
+		 * binary output) would make the whole text invalid JSON. */
+		if (*p >= 0x80) {
+			if (ci_utf8_next(&c, end) < 0)
+				sb_printf(b, "\\ufffd");
+			else
+				sb_printf(b, "%.*s", (int)(c - p), (const char *)p);
+			p = c - 1;
+			continue;
+		}
 		if (*p == '"' || *p == '\\')
 			sb_printf(b, "\\%c", *p);
 		else if (*p == '\n')
@@ -315,7 +330,7 @@ int diag_env(struct job *job, char **env, size_t *k)
 	if (!getenv("PYTHONFAULTHANDLER"))
 		d->env[d->nenv++] = strdup("PYTHONFAULTHANDLER=1");
 	/* Exact times in the control blocks for the timeline. */
-	if (job->o->trace && !getenv("DISTRUN_CTL"))
+	if (opts_timeline(job->o) && !getenv("DISTRUN_CTL"))
 		d->env[d->nenv++] = strdup("DISTRUN_CTL=precise");
 	if (dir) {
 		struct sb b = { 0 };
@@ -359,7 +374,7 @@ static double sample_period(const struct job *job)
 {
 	double p = 0.25;
 
-	if (job->o->trace)
+	if (opts_timeline(job->o))
 		p = 0.02;
 	if (job->o->stall_timeout > 0 && job->o->stall_timeout / 4 < p)
 		p = job->o->stall_timeout / 4;
@@ -370,7 +385,7 @@ double diag_deadline(const struct job *job)
 {
 	const struct diag *d = job->diag;
 
-	if (!d || job->stopping || (!job->o->trace && !job->o->stall_timeout))
+	if (!d || job->stopping || (!opts_timeline(job->o) && !job->o->stall_timeout))
 		return -1;
 	return d->next_sample;
 }
@@ -381,7 +396,7 @@ bool diag_tick(struct job *job)
 	double t = now_mono();
 
 	if (!d || job->stopping || t < d->next_sample ||
-	    (!job->o->trace && !job->o->stall_timeout))
+	    (!opts_timeline(job->o) && !job->o->stall_timeout))
 		return false;
 	d->next_sample = t + sample_period(job);
 	for (int r = 0; r < job->o->nranks; r++) {
@@ -395,7 +410,7 @@ bool diag_tick(struct job *job)
 			d->rk[r].fp = fp;
 			d->last_activity = t;
 		}
-		if (job->o->trace)
+		if (opts_timeline(job->o))
 			diag_harvest(job, r);
 	}
 	if (job->o->stall_timeout > 0 &&
@@ -422,7 +437,7 @@ void diag_output(struct job *job, int r, int s, const char *p, size_t n)
 		return;
 	t = now_mono();
 	d->last_activity = t;
-	if (!job->o->trace)
+	if (!opts_timeline(job->o))
 		return;
 	dr = &d->rk[r];
 	for (const char *end = p + n; p < end; p++) {

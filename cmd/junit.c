@@ -19,7 +19,6 @@
  * YAML block (the subset TAP::Parser::YAMLish reads: double-quoted strings
  * with \", \\, \n, \t, \r, \xNN) for every case that did not pass.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -233,41 +232,17 @@ static void write_case(FILE *f, const struct ci_case *c)
 	fputs("    </testcase>\n", f);
 }
 
-static FILE *open_out(const char *path, const char *what)
-{
-	FILE *f = strcmp(path, "-") ? fopen(path, "we") : stdout;
-
-	if (!f)
-		fprintf(stderr, "distrun: %s %s: %s\n", what, path,
-			strerror(errno));
-	return f;
-}
-
-static int close_out(FILE *f, const char *path, const char *what)
-{
-	int bad = ferror(f);
-
-	if (f == stdout)
-		bad |= fflush(f);
-	else
-		bad |= fclose(f);
-	if (bad) {
-		fprintf(stderr, "distrun: %s %s: cannot write the file\n",
-			what, path);
-		return -1;
-	}
-	return 0;
-}
-
 int junit_write(const char *path, struct ci_list *lists, int nlists,
 		struct ci_case *cases, int ncases)
 {
 	struct counts all = { 0 };
 	char host[256] = "localhost", ts[64];
-	FILE *f = open_out(path, "--junit");
+	struct outfile of;
+	FILE *f;
 
-	if (!f)
+	if (outfile_open(&of, path, "--junit"))
 		return -1;
+	f = of.f;
 	gethostname(host, sizeof(host) - 1);
 	for (int i = 0; i < ncases; i++)
 		count_case(&all, &cases[i]);
@@ -301,7 +276,7 @@ int junit_write(const char *path, struct ci_list *lists, int nlists,
 		fputs("  </testsuite>\n", f);
 	}
 	fputs("</testsuites>\n", f);
-	return close_out(f, path, "--junit");
+	return outfile_commit(&of);
 }
 
 /* ------------------------------------------------------------ TAP */
@@ -350,10 +325,12 @@ static void tap_desc(FILE *f, const char *s)
 
 int tap_write(const char *path, struct ci_case *cases, int ncases)
 {
-	FILE *f = open_out(path, "--tap");
+	struct outfile of;
+	FILE *f;
 
-	if (!f)
+	if (outfile_open(&of, path, "--tap"))
 		return -1;
+	f = of.f;
 	fprintf(f, "TAP version 13\n1..%d\n", ncases);
 	for (int i = 0; i < ncases; i++) {
 		const struct ci_case *c = &cases[i];
@@ -403,5 +380,5 @@ int tap_write(const char *path, struct ci_case *cases, int ncases)
 		}
 		fputs("  ...\n", f);
 	}
-	return close_out(f, path, "--tap");
+	return outfile_commit(&of);
 }

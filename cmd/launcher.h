@@ -20,6 +20,9 @@
  *   job.c      the event loop: poll over pipes and a signalfd, reaping
  *              with wait4, stopping the job (TERM, grace, KILL)
  *   report.c   the end-of-job summary on stderr and the JSON report
+ *   html.c     --html: one page of the run from the report and the trace
+ *   outfile.c  --report, --junit, --tap, --trace, --html: "incomplete" from
+ *              the start, the final text by temporary file and rename
  *   fmt.c      formatting helpers (signal names, statuses, rank lists);
  *              with runtime/clock.c, the bottom layer
  *
@@ -37,6 +40,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
@@ -90,6 +94,7 @@ struct opts {
 	const char *tap;           /* --tap FILE, NULL: none */
 	double stall_timeout;      /* seconds, 0: none (diag.c) */
 	const char *trace;         /* --trace FILE, NULL: none (trace.c) */
+	const char *html;          /* --html FILE, NULL: none (html.c) */
 	bool module;               /* -m: argv[0] is a Python module */
 	bool no_python;            /* --no-python: never add an interpreter */
 	const char *python;        /* --python, NULL: DISTRUN_PYTHON/python3 */
@@ -124,6 +129,12 @@ int parse_duration(const char *s, double *out);
  * input without printing. */
 int parse_sizes(const char *s, int **sizes, int *n);
 void opts_release(struct opts *o);
+/* Whether the job records its timeline (flight records, output lines):
+ * for --trace and --html. */
+static inline bool opts_timeline(const struct opts *o)
+{
+	return o->trace || o->html;
+}
 
 /* ------------------------------------------------------------ ranks */
 
@@ -368,7 +379,42 @@ void diag_summary(struct job *job);
  * (malloc'ed, NULL if none). */
 char *diag_json(struct job *job);
 void diag_release(struct job *job);
-/* trace.c: writes --trace FILE from the flight records and output. */
+/* trace.c: the timeline as Chrome trace JSON text (malloc'd; NULL after
+ * a message when out of memory).  max_calls > 0 keeps only each rank's
+ * last max_calls calls and max_calls output lines (otherData says how
+ * many were left out); 0 keeps everything.  trace_write writes the whole
+ * one to --trace FILE. */
+char *trace_text(struct job *job, size_t max_calls);
 int trace_write(struct job *job);
+
+/* report.c: the --report object as JSON text (malloc'd, NULL when out of
+ * memory). */
+char *report_text(struct job *job);
+
+/* html.c: --html FILE, one page for a job (html_job), or for a sweep or a
+ * `distrun test` run (ci.h). */
+int html_job(struct job *job);
+
+/* outfile.c: --report, --junit, --tap, --trace and --html are written to
+ * a temporary file in their directory and renamed into place once whole.
+ * outfile_open: 0, or -1 after a message ("distrun: WHAT PATH: ...");
+ * then write to of->f and outfile_commit (0, or -1 after a message; the
+ * temporary file is removed either way) or outfile_abort. */
+struct outfile {
+	FILE *f;
+	const char *path, *what;
+	char *final, *tmp;         /* NULL: written in place */
+};
+int outfile_open(struct outfile *of, const char *path, const char *what);
+int outfile_commit(struct outfile *of);
+void outfile_abort(struct outfile *of);
+/* All of data to path, the same way. */
+int outfile_write(const char *path, const char *what, const char *data,
+		  size_t len);
+/* At the start of a run: each file given (NULL: none) says "incomplete"
+ * until the run replaces it, so a killed distrun leaves no old verdict.
+ * 0, or -1 after a message. */
+int outfiles_mark(const char *report, const char *junit, const char *tap,
+		  const char *trace, const char *html);
 
 #endif

@@ -204,7 +204,11 @@ int main(int argc, char **argv)
 		opts_release(&o);
 		return rc < 0 ? 0 : rc;
 	}
-	if (opts_check_paths(&o)) {
+	/* Until the run replaces them, its files say it did not finish (a
+	 * sweep's children mark their own --trace files). */
+	if (opts_check_paths(&o) ||
+	    outfiles_mark(o.report, o.junit, o.tap, o.nsizes > 1 || o.junit ||
+			  o.tap ? NULL : o.trace, o.html)) {
 		opts_release(&o);
 		return EXIT_USAGE;
 	}
@@ -236,6 +240,8 @@ int main(int argc, char **argv)
 		job.real_t1 = now_real();
 		if (o.report && rc >= EXIT_NOEXEC)
 			report_json(&job);
+		if (o.html && rc >= EXIT_NOEXEC)
+			html_job(&job);
 		goto out;
 	}
 	rc = 1;
@@ -254,6 +260,8 @@ int main(int argc, char **argv)
 	if (o.report && report_json(&job) && !rc)
 		rc = 1;
 	if (o.trace && trace_write(&job) && !rc)
+		rc = 1;
+	if (o.html && html_job(&job) && !rc)
 		rc = 1;
 out:
 	diag_release(&job);

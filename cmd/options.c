@@ -60,6 +60,7 @@ enum {
 	OPT_TAP,
 	OPT_STALL_TIMEOUT,
 	OPT_TRACE,
+	OPT_HTML,
 	OPT_MAX_RESTARTS,
 	OPT_MAX_RESTARTS_US,
 	OPT_LOG_DIR,
@@ -131,6 +132,8 @@ static const struct opt_def opt_table[] = {
 	  "write the result as TAP version 13 to FILE (- for stdout)" },
 	{ OPT_TRACE, "trace", "FILE",
 	  "write a timeline (Chrome trace JSON) to FILE" },
+	{ OPT_HTML, "html", "FILE",
+	  "write a self-contained HTML page of the run to FILE" },
 	{ OPT_MAX_RESTARTS, "max-restarts", "N",
 	  "restart the whole job up to N times on failure (several "
 	  "nodes: through --rdzv-backend etcd)" },
@@ -562,6 +565,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			o->trace = optarg;
+			break;
+		case OPT_HTML:
+			o->html = *optarg ? optarg : NULL;  /* "": none */
 			break;
 		case OPT_GRACE:
 			if (parse_duration_opt("--grace", optarg, false,

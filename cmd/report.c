@@ -10,7 +10,6 @@
  * bytes, kept in a ring per rank as mux.c reads them), so a CI log shows
  * the traceback next to the verdict.
  */
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,36 +196,13 @@ static const char *job_reason(const struct job *job)
 	return job->exit_status ? "error" : "ok";
 }
 
-/* Writes root to path, saying why on failure. */
-static int write_json(json_t *root, const char *path)
-{
-	FILE *f = fopen(path, "we");
-	int e;
-
-	if (!f)
-		goto fail;
-	if (json_dumpf(root, f, JSON_INDENT(2)) || fputc('\n', f) == EOF ||
-	    ferror(f)) {
-		e = errno;
-		fclose(f);
-		errno = e;
-		goto fail;
-	}
-	if (fclose(f))
-		goto fail;
-	return 0;
-fail:
-	fprintf(stderr, "distrun: --report %s: %s\n", path, strerror(errno));
-	return -1;
-}
-
-int report_json(struct job *job)
+char *report_text(struct job *job)
 {
 	const struct opts *o = job->o;
 	json_t *root = json_object(), *cmd = json_array(),
 	       *ranks = json_array();
 	struct rusage self;
-	int rc = -1;
+	char *text = NULL;
 
 	if (!root || !cmd || !ranks)
 		goto out;
@@ -250,6 +226,8 @@ int report_json(struct job *job)
 	json_object_set_new(root, "end", iso_time(job->real_t1));
 	json_object_set_new(root, "wall_s",
 			    json_real(job->real_t1 - job->real_t0));
+	/* false in the file distrun writes at its start (outfile.c) */
+	json_object_set_new(root, "complete", json_true());
 	json_object_set_new(root, "exit_status", json_integer(job->exit_status));
 	json_object_set_new(root, "restarts", json_integer(job->restarts));
 	json_object_set_new(root, "reason", json_string(job_reason(job)));
@@ -314,10 +292,28 @@ int report_json(struct job *job)
 		if (l)
 			json_object_set_new(root, "launcher", l);
 	}
-	rc = write_json(root, o->report);
+	text = json_dumps(root, JSON_INDENT(2));
 out:
 	json_decref(cmd);
 	json_decref(ranks);
 	json_decref(root);
+	return text;
+}
+
+int report_json(struct job *job)
+{
+	char *t = report_text(job);
+	struct outfile of;
+	int rc = -1;
+
+	if (!t)
+		fprintf(stderr, "distrun: --report %s: out of memory\n",
+			job->o->report);
+	else if (!outfile_open(&of, job->o->report, "--report")) {
+		fputs(t, of.f);
+		fputc('\n', of.f);
+		rc = outfile_commit(&of);
+	}
+	free(t);
 	return rc;
 }

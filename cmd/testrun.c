@@ -71,6 +71,8 @@ struct runner {
 	char **opt;                /* distrun options for every case */
 	int nopt;
 	const char *output_dir;    /* keep case files here, NULL: temporary */
+	const char *html;          /* --html FILE, NULL: none */
+	const char *trace;         /* a sweep's --trace FILE, NULL: none */
 	char tmp[1024];            /* temporary root, "" if none */
 	int cores;
 	int sigfd;
@@ -100,6 +102,11 @@ static int cpu_count(void)
 /* Reads at most max bytes of path into a NUL-terminated malloc'd buffer.
  * Returns NULL if it cannot be read; *len gets the whole file's size. */
 static char *read_file(const char *path, size_t max, size_t *len)
+{
+	return ci_read_file(path, max, len);
+}
+
+char *ci_read_file(const char *path, size_t max, size_t *len)
 {
 	struct stat st;
 	char *buf = NULL;
@@ -399,8 +406,12 @@ static bool evaluate(struct ci_case *c, int wait_status, bool killed)
 	free(c->text);
 	c->message = c->text = NULL;
 	c->type = NULL;
-	snprintf(path, sizeof(path), "%s/report.json", c->dir);
-	rep = json_load_file(path, 0, NULL);
+	rep = json_load_file(c->report_path, 0, NULL);
+	/* The mark of a child killed before its end is no report. */
+	if (rep && !json_is_true(json_object_get(rep, "complete"))) {
+		json_decref(rep);
+		rep = NULL;
+	}
 	if (!rep) {
 		snprintf(path, sizeof(path), "%s/console.err", c->dir);
 		c->type = "error";
@@ -553,7 +564,7 @@ static void exec_case(struct runner *ru, struct ci_case *c,
 		      char **prefix, int nprefix)
 {
 	const struct ci_test *t = c->test;
-	char **argv = NULL, nbuf[16], tbuf[32], rpath[PATH_MAX + 32];
+	char **argv = NULL, nbuf[16], tbuf[32];
 	int argc = 0, cap = 0, in;
 
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -583,7 +594,6 @@ static void exec_case(struct runner *ru, struct ci_case *c,
 			_exit(1);
 	}
 	snprintf(nbuf, sizeof(nbuf), "%d", c->n);
-	snprintf(rpath, sizeof(rpath), "%s/report.json", c->dir);
 	push(&argv, &argc, &cap, "distrun");
 	for (int i = 0; i < nprefix; i++)
 		push(&argv, &argc, &cap, prefix[i]);
@@ -602,7 +612,13 @@ static void exec_case(struct runner *ru, struct ci_case *c,
 		push(&argv, &argc, &cap, "never");
 	}
 	push(&argv, &argc, &cap, "--report");
-	push(&argv, &argc, &cap, rpath);
+	push(&argv, &argc, &cap, c->report_path);
+	/* The page is made here, from the runs' reports and traces. */
+	push(&argv, &argc, &cap, "--html=");
+	if (c->trace_path[0]) {
+		push(&argv, &argc, &cap, "--trace");
+		push(&argv, &argc, &cap, c->trace_path);
+	}
 	/* The rank files cost a write of everything the ranks print: only
 	 * when something reads them. */
 	if (ru->keep_output || t->nexpect) {
@@ -658,12 +674,35 @@ static int case_dir(struct runner *ru, struct ci_case *c, int idx)
 				 s ? "stderr" : "stdout");
 			unlink(p);
 		}
-	{
-		char p[PATH_MAX + 32];
+	/* A sweep's report (and trace for the page) stay out of the user's
+	 * --output-dir: the child writes into our temporary directory. */
+	if (ru->sweep)
+		snprintf(c->report_path, sizeof(c->report_path),
+			 "%s/%d.report.json", ru->tmp, idx);
+	else
+		snprintf(c->report_path, sizeof(c->report_path),
+			 "%.4000s/report.json", c->dir);
+	unlink(c->report_path);
+	c->trace_path[0] = 0;
+	c->trace_user = ru->trace;
+	if (ru->trace && ru->ncases == 1) {
+		snprintf(c->trace_path, sizeof(c->trace_path), "%s", ru->trace);
+	} else if (ru->trace) {
+		/* One file per world size: t.json -> t.n4.json */
+		const char *dot = strrchr(ru->trace, '.'),
+			   *slash = strrchr(ru->trace, '/');
 
-		snprintf(p, sizeof(p), "%s/report.json", c->dir);
-		unlink(p);
+		if (!dot || (slash && dot < slash) || dot == ru->trace ||
+		    dot[-1] == '/')
+			dot = ru->trace + strlen(ru->trace);
+		snprintf(c->trace_path, sizeof(c->trace_path), "%.*s.n%d%s",
+			 (int)(dot - ru->trace), ru->trace, c->n, dot);
+	} else if (ru->html) {
+		snprintf(c->trace_path, sizeof(c->trace_path),
+			 "%s/%d.trace.json", ru->tmp, idx);
 	}
+	if (!ru->trace)
+		unlink(c->trace_path);
 	return 0;
 fail:
 	fprintf(stderr, "distrun: %s: %s\n", ru->output_dir ? ru->output_dir :
@@ -894,7 +933,7 @@ static int setup_runner(struct runner *ru)
 	ru->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (ru->sigfd < 0)
 		goto fail;
-	if (!ru->output_dir) {
+	if (!ru->output_dir || ru->sweep || ru->html) {
 		const char *t = getenv("TMPDIR");
 
 		snprintf(ru->tmp, sizeof(ru->tmp), "%s/distrun-test.XXXXXX",
@@ -961,7 +1000,7 @@ static int add_case(struct runner *ru, struct ci_list *l, struct ci_test *t,
 enum {
 	T_NPROC = 'n', T_JOBS = 'j', T_QUIET = 'q', T_HELP = 'h',
 	T_RETRIES = 256, T_OVERSUB, T_TIMEOUT, T_JUNIT, T_TAP, T_OUTDIR,
-	T_OPT,
+	T_OPT, T_HTML,
 };
 
 static const struct {
@@ -979,6 +1018,8 @@ static const struct {
 	  "per case, for tests without timeout= (default 5m)" },
 	{ T_JUNIT, "junit", "FILE", "write JUnit XML to FILE" },
 	{ T_TAP, "tap", "FILE", "write TAP version 13 to FILE (- for stdout)" },
+	{ T_HTML, "html", "FILE",
+	  "write one HTML page of every case to FILE" },
 	{ T_OUTDIR, "output-dir", "DIR",
 	  "keep each case's output and report under DIR" },
 	{ T_OPT, "opt", "OPTION",
@@ -1138,6 +1179,9 @@ int test_main(int argc, char **argv)
 		case T_OUTDIR:
 			ru.output_dir = optarg;
 			break;
+		case T_HTML:
+			ru.html = *optarg ? optarg : NULL;
+			break;
 		case T_OPT: {
 			char **no = realloc(ru.opt, (ru.nopt + 1) *
 					    sizeof(*no));
@@ -1215,6 +1259,9 @@ int test_main(int argc, char **argv)
 	}
 	if (bad)
 		goto out;
+	/* Until the run replaces them, its files say it did not finish. */
+	if (outfiles_mark(NULL, junit, tap, NULL, ru.html))
+		goto out;
 	ru.keep_output = junit || tap || ru.output_dir;
 	ru.cores = cpu_count();
 	for (int l = 0; l < ru.nlists; l++)
@@ -1236,6 +1283,9 @@ int test_main(int argc, char **argv)
 		rc = 128 + ru.interrupted;
 	if (write_results(&ru, junit, tap) && !rc)
 		rc = 1;
+	if (ru.html && html_ci(ru.html, true, ru.cases, ru.ncases, NULL, 0) &&
+	    !rc)
+		rc = 1;
 out:
 	release_runner(&ru);
 	for (int l = 0; ru.lists && l < ru.nlists; l++)
@@ -1255,14 +1305,13 @@ static int write_sweep_report(struct runner *ru, const char *path, int rc)
 {
 	json_t *root, *runs = json_array(), *failed = json_array(),
 	       *sizes = json_array();
+	char *text = NULL;
 	int err;
 
 	for (int i = 0; i < ru->ncases; i++) {
-		char p[PATH_MAX + 32];
 		json_t *r;
 
-		snprintf(p, sizeof(p), "%s/report.json", ru->cases[i].dir);
-		r = json_load_file(p, 0, NULL);
+		r = json_load_file(ru->cases[i].report_path, 0, NULL);
 		json_array_append_new(runs, r ? r : json_null());
 		json_array_append_new(sizes, json_integer(ru->cases[i].n));
 		if (!ci_verdict_ok(ru->cases[i].verdict))
@@ -1272,13 +1321,14 @@ static int write_sweep_report(struct runner *ru, const char *path, int rc)
 	if (ru->ncases == 1 && json_is_object(json_array_get(runs, 0)))
 		root = json_incref(json_array_get(runs, 0));
 	else
-		root = json_pack("{s:O, s:i, s:O, s:O}", "world_sizes", sizes,
-				 "exit_status", rc, "failed_sizes", failed,
-				 "runs", runs);
-	err = !root || json_dump_file(root, path, JSON_INDENT(2));
-	if (err)
-		fprintf(stderr, "distrun: --report %s: cannot write the "
-			"file\n", path);
+		root = json_pack("{s:b, s:O, s:i, s:O, s:O}", "complete", 1,
+				 "world_sizes", sizes, "exit_status", rc,
+				 "failed_sizes", failed, "runs", runs);
+	text = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
+	if (!text)
+		fprintf(stderr, "distrun: --report %s: out of memory\n", path);
+	err = !text || outfile_write(path, "--report", text, strlen(text));
+	free(text);
 	json_decref(root);
 	json_decref(runs);
 	json_decref(failed);
@@ -1290,7 +1340,8 @@ int sweep_main(struct opts *o, int argc, char **argv)
 {
 	struct runner ru = { .jobs = 1, .sweep = true, .sigfd = -1,
 			     .timeout = 0, .grace = o->grace,
-			     .output_dir = o->output_dir };
+			     .output_dir = o->output_dir, .html = o->html,
+			     .trace = o->trace };
 	int one = o->nranks;       /* no -n: --junit or --tap of one run */
 	struct ci_test t = { .argv = o->argv, .argc = o->argc,
 			     .sizes = o->nsizes ? o->sizes : &one,
@@ -1357,6 +1408,9 @@ int sweep_main(struct opts *o, int argc, char **argv)
 	if (o->report && write_sweep_report(&ru, o->report, rc) && !rc)
 		rc = 1;
 	if (write_results(&ru, o->junit, o->tap) && !rc)
+		rc = 1;
+	if (o->html && html_ci(o->html, false, ru.cases, ru.ncases, o->argv,
+			       o->argc) && !rc)
 		rc = 1;
 out:
 	free(failed.s);

@@ -15,9 +15,13 @@
  * DRI_CTL_RING_WORLD world calls (or DRI_CTL_RING_OTHER others) in that
  * time loses the oldest, and the trace says how many in
  * otherData.dropped_calls.  Times are microseconds since distrun
- * started.
+ * started.  Slices nest: a call still running at the end (or that its
+ * rank died in) ends where its rank's slice ends.
+ *
+ * --html embeds a shorter one (trace_text with max_calls): each rank's
+ * last calls and output lines only, with otherData.capped_calls and
+ * capped_lines saying how many were left out.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,16 +58,21 @@ static void ev_common(struct sb *b, bool *first, int tid)
 }
 
 static void slice(struct sb *b, bool *first, int r, const dri_ctl_call *c,
-		  int64_t t0, const struct arrival *arr, size_t narr)
+		  int64_t t0, int64_t rank_end, const struct arrival *arr,
+		  size_t narr)
 {
 	char desc[160];
-	int64_t end = c->t_end ? c->t_end : (int64_t)(now_mono() * 1e9);
+	int64_t end = c->t_end ? c->t_end : rank_end;
 	struct arrival key = { c->group_id, c->seq, 0, 0 }, *a;
 
 	ev_common(b, first, r);
 	sb_printf(b, "\"ph\":\"X\",\"cat\":\"%s\",\"name\":",
 		  c->coll == DRI_P2P ? "p2p" : "collective");
 	sb_json_str(b, dri_coll_name((dri_coll)c->coll));
+	if (end > rank_end)
+		end = rank_end;
+	if (end < c->t_start)
+		end = c->t_start;
 	sb_printf(b, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"call\":",
 		  (c->t_start - t0) / 1e3, (end - c->t_start) / 1e3);
 	sb_json_str(b, diag_call_str(c, desc, sizeof(desc)));
@@ -91,27 +100,30 @@ static void slice(struct sb *b, bool *first, int r, const dri_ctl_call *c,
 		  (unsigned long long)c->seq);
 }
 
-int trace_write(struct job *job)
+char *trace_text(struct job *job, size_t max_calls)
 {
 	struct diag *d = job->diag;
-	int n = job->o->nranks, rc = -1;
+	int n = job->o->nranks;
 	int64_t t0 = (int64_t)(job->t0 * 1e9);
 	struct arrival *arr = NULL;
-	size_t narr = 0, cap = 0;
-	uint64_t dropped = 0;
+	size_t narr = 0, cap = 0, *lines_left = NULL;
+	uint64_t dropped = 0, capped_calls = 0, capped_lines = 0;
 	struct sb b = { 0 };
 	bool first = true;
-	FILE *f;
 
-	if (!d || !job->o->trace)
-		return 0;
+	if (!d)
+		return NULL;
 	for (int r = 0; r < n; r++) {
 		diag_harvest(job, r);
 		dropped += d->rk[r].dropped;
 	}
-	/* Latest arrival per collective, for the waits. */
+	/* Latest arrival per collective, for the waits.  With a cap, from
+	 * the calls kept only: a rank whose record of a call was left out
+	 * was further on, so it came to that call earlier than the last. */
 	for (int r = 0; r < n; r++)
-		for (size_t i = 0; i < d->rk[r].nrec; i++) {
+		for (size_t i = max_calls && d->rk[r].nrec > max_calls ?
+				d->rk[r].nrec - max_calls : 0;
+		     i < d->rk[r].nrec; i++) {
 			const dri_ctl_call *c = &d->rk[r].recs[i];
 
 			if (c->coll == DRI_P2P)
@@ -143,6 +155,17 @@ sorted:
 		}
 		narr = w;
 	}
+	/* With a cap: how many of each rank's lines to skip. */
+	if (max_calls) {
+		lines_left = calloc(n, sizeof(*lines_left));
+		if (!lines_left)
+			b.oom = 1;
+		for (size_t i = 0; lines_left && i < d->nlines; i++)
+			lines_left[d->lines[i].rank]++;
+		for (int r = 0; lines_left && r < n; r++)
+			lines_left[r] = lines_left[r] > max_calls ?
+					lines_left[r] - max_calls : 0;
+	}
 
 	sb_printf(&b, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
 	ev_common(&b, &first, 0);
@@ -152,6 +175,8 @@ sorted:
 		const struct rank *rk = &job->ranks[r];
 		char name[32], st[64];
 		double end = rk->state == RANK_EXITED ? rk->t_end : now_mono();
+		int64_t end_ns = (int64_t)(end * 1e9);
+		size_t from = 0;
 
 		if (job->nnodes > 1)
 			snprintf(name, sizeof(name), "rank %d (node %d)",
@@ -173,8 +198,13 @@ sorted:
 			  (end - rk->t_start) * 1e6, (int)rk->pid);
 		sb_json_str(&b, rank_status_str(rk, st, sizeof(st)));
 		sb_printf(&b, "}}");
-		for (size_t i = 0; i < d->rk[r].nrec; i++)
-			slice(&b, &first, r, &d->rk[r].recs[i], t0, arr, narr);
+		if (max_calls && d->rk[r].nrec > max_calls) {
+			from = d->rk[r].nrec - max_calls;
+			capped_calls += from;
+		}
+		for (size_t i = from; i < d->rk[r].nrec; i++)
+			slice(&b, &first, r, &d->rk[r].recs[i], t0, end_ns,
+			      arr, narr);
 		/* Calls it is still in (or died in). */
 		const dri_ctl *c = diag_ctl(job, r);
 		for (int s = 0; c && s < DRI_CTL_SLOTS; s++) {
@@ -182,12 +212,18 @@ sorted:
 
 			if (!dri_ctl_read_slot(c, s, &sl) &&
 			    sl.state == DRI_CTL_IN_CALL)
-				slice(&b, &first, r, &sl.call, t0, arr, narr);
+				slice(&b, &first, r, &sl.call, t0, end_ns, arr,
+				      narr);
 		}
 	}
 	for (size_t i = 0; i < d->nlines; i++) {
 		const struct diag_line *l = &d->lines[i];
 
+		if (lines_left && lines_left[l->rank]) {
+			lines_left[l->rank]--;
+			capped_lines++;
+			continue;
+		}
 		ev_common(&b, &first, l->rank);
 		sb_printf(&b, "\"ph\":\"i\",\"s\":\"t\",\"cat\":\"%s\",\"name\":",
 			  l->stream ? "stderr" : "stdout");
@@ -195,30 +231,34 @@ sorted:
 		sb_printf(&b, ",\"ts\":%.3f}", (l->t - job->t0) * 1e6);
 	}
 	sb_printf(&b, "\n],\"otherData\":{\"run_id\":\"%s\",\"world_size\":%d,"
-		  "\"dropped_calls\":%llu,\"dropped_lines\":%llu}}\n",
+		  "\"dropped_calls\":%llu,\"dropped_lines\":%llu,"
+		  "\"capped_calls\":%llu,\"capped_lines\":%llu,"
+		  "\"line_max\":%d}}\n",
 		  job->run_id, n, (unsigned long long)dropped,
-		  (unsigned long long)d->lines_dropped);
-	if (b.oom) {
-		fprintf(stderr, "distrun: --trace %s: out of memory\n",
-			job->o->trace);
-		goto out;
-	}
-	f = fopen(job->o->trace, "we");
-	if (!f || fwrite(b.s, 1, b.len, f) != b.len) {
-		fprintf(stderr, "distrun: --trace %s: %s\n", job->o->trace,
-			strerror(errno));
-		if (f)
-			fclose(f);
-		goto out;
-	}
-	if (fclose(f)) {
-		fprintf(stderr, "distrun: --trace %s: %s\n", job->o->trace,
-			strerror(errno));
-		goto out;
-	}
-	rc = 0;
-out:
-	free(b.s);
+		  (unsigned long long)d->lines_dropped,
+		  (unsigned long long)capped_calls,
+		  (unsigned long long)capped_lines, DIAG_LINE_MAX);
 	free(arr);
+	free(lines_left);
+	if (b.oom) {
+		fprintf(stderr, "distrun: the timeline: out of memory\n");
+		free(b.s);
+		return NULL;
+	}
+	return sb_take(&b);
+}
+
+int trace_write(struct job *job)
+{
+	char *t;
+	int rc;
+
+	if (!job->diag || !job->o->trace)
+		return 0;
+	t = trace_text(job, 0);
+	if (!t)
+		return -1;
+	rc = outfile_write(job->o->trace, "--trace", t, strlen(t));
+	free(t);
 	return rc;
 }

@@ -513,3 +513,34 @@ PYEOF
 		fi
 	done
 }
+
+# Issue 30.5: --junit, --tap and --report say "incomplete" from the start,
+# so a sweep killed by SIGKILL leaves no earlier run's verdict behind.
+@test "a sweep killed by SIGKILL leaves no previous verdict in --junit, --tap, --report" {
+	d=$BATS_TEST_TMPDIR
+	"$DISTRUN" -n 1,2 --junit "$d/j.xml" --tap "$d/t.tap" --report "$d/r.json" true
+	grep -q 'failures="0" errors="0"' "$d/j.xml"
+	[ "$(jq .exit_status "$d/r.json")" = 0 ]
+	"$DISTRUN" -n 1,2 --junit "$d/j.xml" --tap "$d/t.tap" --report "$d/r.json" \
+		"$TESTDATA/hang" &
+	pid=$!
+	wait_until 10 grep -q 'Bail out!' "$d/t.tap"
+	kill -9 "$pid"
+	wait "$pid" || true
+	xmllint --noout --schema "$XSD" "$d/j.xml"
+	grep -q '<error type="incomplete"' "$d/j.xml"
+	! grep -q 'errors="0"' "$d/j.xml"
+	run prove --exec cat "$d/t.tap"
+	[ "$status" -ne 0 ]
+	grep -q 'distrun has not finished' <<<"$output"
+	[ "$(jq -r '"\(.complete) \(.exit_status)"' "$d/r.json")" = "false null" ]
+}
+
+@test "a sweep's runs write nothing of theirs into the user's --output-dir" {
+	o=$BATS_TEST_TMPDIR/o
+	run "$DISTRUN" --junit "$BATS_TEST_TMPDIR/j.xml" --report "$BATS_TEST_TMPDIR/r.json" \
+		--output-dir "$o" "$TESTDATA/envdump" RANK
+	[ "$status" -eq 0 ]
+	[ "$(ls "$o")" = "$(printf 'rank.0.stderr\nrank.0.stdout')" ]
+	[ "$(jq .world_size "$BATS_TEST_TMPDIR/r.json")" = 1 ]
+}

@@ -244,7 +244,7 @@ nothing_left() {
 	run "$DISTRUN" --trace "" true
 	[ "$status" -eq 2 ]
 	run "$DISTRUN" --trace /nonexistent/dir/t.json true
-	[ "$status" -eq 1 ]
+	[ "$status" -eq 2 ]   # refused before the start (outfile.c)
 	grep -q '^distrun: --trace /nonexistent/dir/t.json: No such file or directory$' <<<"$output"
 }
 

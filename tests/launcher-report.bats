@@ -100,3 +100,36 @@ if os.environ["RANK"] == "1":
 	[ "$(jq -r '"\(.exit_status) \(.reason) \(.world_size)"' "$f")" = "127 cannot run 2" ]
 	[ "$(jq -r '[.ranks[].state] | unique | join(",")' "$f")" = "not started" ]
 }
+
+# Issue 30.5: the report says "incomplete" from the start, so a distrun
+# killed by SIGKILL leaves no earlier run's verdict behind.
+@test "a distrun killed by SIGKILL leaves no previous verdict in --report or --trace" {
+	f=$BATS_TEST_TMPDIR/r.json t=$BATS_TEST_TMPDIR/t.json
+	"$DISTRUN" -n 2 --report "$f" --trace "$t" true
+	[ "$(jq -r '"\(.complete) \(.exit_status) \(.reason)"' "$f")" = "true 0 ok" ]
+	"$DISTRUN" -n 2 --report "$f" --trace "$t" sleep 60 &
+	pid=$!
+	wait_until 10 grep -q '"complete": false' "$f"
+	kill -9 "$pid"
+	wait "$pid" || true
+	[ "$(jq -r '"\(.complete) \(.exit_status) \(.reason)"' "$f")" = "false null incomplete" ]
+	[ "$(jq -r '.otherData.complete' "$t")" = false ]
+	[ "$(jq '.traceEvents | length' "$t")" = 0 ]
+	# nothing half-written left beside them
+	[ "$(ls -A "$BATS_TEST_TMPDIR" | grep -c '^\.')" -eq 0 ]
+}
+
+@test "--report is replaced whole: a reader never sees a torn file" {
+	f=$BATS_TEST_TMPDIR/r.json
+	"$DISTRUN" -n 1 --report "$f" true
+	ln "$f" "$BATS_TEST_TMPDIR/old"
+	"$DISTRUN" -n 3 --report "$f" true
+	# a new file took the name; the old one is intact
+	[ "$(jq .world_size "$BATS_TEST_TMPDIR/old")" = 1 ]
+	[ "$(jq .world_size "$f")" = 3 ]
+	# a symlink stays one, to the new report
+	ln -s r.json "$BATS_TEST_TMPDIR/link.json"
+	"$DISTRUN" -n 2 --report "$BATS_TEST_TMPDIR/link.json" true
+	[ -L "$BATS_TEST_TMPDIR/link.json" ]
+	[ "$(jq .world_size "$f")" = 2 ]
+}

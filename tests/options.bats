@@ -44,7 +44,7 @@ help_options() {
 		--redirects|--tee) run "$DISTRUN" --log-dir "$BATS_TEST_TMPDIR/o" "$opt" 3 true ;;
 		--color) run "$DISTRUN" "$opt" never true ;;
 		--timeout|--grace|--stall-timeout) run "$DISTRUN" "$opt" 5s true ;;
-		--report|--trace) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
+		--report|--trace|--html) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/r.json" true ;;
 		--junit|--tap) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/$opt.out" true ;;
 		--max-restarts|--max_restarts) run "$DISTRUN" "$opt" 1 true ;;
 		--python) run "$DISTRUN" "$opt" /usr/bin/python3 true ;;
