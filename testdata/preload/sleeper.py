@@ -1,0 +1,6 @@
+# Sleeps, after saying so (the kill -9 test).
+import os
+import time
+
+print("up", os.getpid(), flush=True)
+time.sleep(120)
