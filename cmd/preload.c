@@ -636,10 +636,14 @@ void preload_begin(struct job *job)
 	rc = read_line(p, line, sizeof(line), t0 + wait, true);
 	if (rc == 1 && !strncmp(line, "READY ", 6)) {
 		p->off = false;
-		if (job->o->summary)
+		if (job->o->summary && p->server)
 			fprintf(stderr, "distrun: ranks are forked from a warm "
 				"%s that imported %s in %.2fs (--preload)\n",
 				job->prog_path, p->mods, now_mono() - t0);
+		else if (job->o->summary)
+			fprintf(stderr, "distrun: ranks are forked from the "
+				"warm %s (%s) this sweep or test run shares "
+				"(--preload)\n", job->prog_path, p->mods);
 		return;
 	}
 	if (rc == 1 && !strncmp(line, "FAIL ", 5))

@@ -1,5 +1,6 @@
 # atexit handlers run, buffered output is flushed, multiprocessing works.
 import atexit
+import json  # the module the tests preload
 import multiprocessing
 import sys
 

@@ -9,10 +9,10 @@ import time
 def inner(how):
     if how == "raise":
         raise ValueError("rank %s failed" % os.environ["RANK"])
-    if how.startswith("exit"):
-        sys.exit(int(how[4:]))
     if how == "exitmsg":
         sys.exit("a message")
+    if how.startswith("exit"):
+        sys.exit(int(how[4:]))
     if how == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)
     if how == "hang":

@@ -1,4 +1,5 @@
 # What a rank can see of how it was started (tests/preload.bats).
+import json  # the module the tests preload
 import os
 import sys
 

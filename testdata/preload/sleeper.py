@@ -1,4 +1,5 @@
 # Sleeps, after saying so (the kill -9 test).
+import json  # the module the tests preload
 import os
 import time
 
