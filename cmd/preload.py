@@ -495,29 +495,71 @@ def _trim(tb):
     return tb
 
 
+def _exit_code(exc):
+    """SystemExit's code as the interpreter makes it a status
+    (Python/pythonrun.c, handle_system_exit)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xff
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except Exception:
+        pass
+    return 1
+
+
 def _uncaught(exc):
-    """What the interpreter does with an exception that ends __main__."""
-    import signal
+    """What the interpreter does with an exception that ends __main__:
+    sys.excepthook with the script's frames only, status 1."""
     tb = _trim(exc.__traceback__)
     exc.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     sys.excepthook(type(exc), exc, tb)
-    if not isinstance(exc, KeyboardInterrupt):
-        return 1
-    # Python 3.8+: killed by SIGINT after finalizing, so that the shell
-    # sees the signal.
+    return 1
+
+
+def _finish(code, sigint=False):
+    """The interpreter's shutdown as a program sees it (Py_FinalizeEx):
+    wait for non-daemon threads, run the atexit handlers, flush files,
+    then _exit.  Tearing down every module of the warm interpreter (torch's
+    thousands of objects) would cost each rank most of a second and copy
+    the pages it shares with the server; as in multiprocessing's forked
+    workers, objects still alive at exit are not finalized, but files a
+    program left open are flushed as the teardown would have."""
     import atexit
+    import gc
+    import io
     import threading
-    threading._shutdown()
+    try:
+        threading._shutdown()
+    except Exception:
+        pass
     atexit._run_exitfuncs()
+    kinds = (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)
+    for obj in gc.get_objects():
+        if isinstance(obj, kinds) and obj is not sys.stdout and \
+                obj is not sys.stderr:
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except Exception:
+                pass
     for f in (sys.stdout, sys.stderr):
         try:
-            f.flush()
+            if f is not None:
+                f.flush()
         except Exception:
-            pass
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
-    return 130
+            if f is sys.stdout and not code:
+                code = 120   # as Python when stdout cannot be flushed
+    if sigint:
+        # Python 3.8+: an uncaught KeyboardInterrupt ends by SIGINT, so
+        # that the shell sees the signal.
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
 
 
 def _main():
@@ -568,9 +610,8 @@ if __name__ == "__main__":
     del _job
     try:
         _run(_mode, _target, _args)
-    except SystemExit:
-        raise   # the interpreter's own handling: code, message
+    except SystemExit as _exc:
+        _finish(_exit_code(_exc))
     except BaseException as _exc:
-        _code = _uncaught(_exc)
-        del _exc
-        raise SystemExit(_code)
+        _finish(_uncaught(_exc), isinstance(_exc, KeyboardInterrupt))
+    _finish(0)
