@@ -287,9 +287,11 @@ static const char *make_spec(struct job *job, struct preload *p)
 		else
 			snprintf(path0, sizeof(path0), "%s", cwd);
 	}
+	/* The path to exec, then argv as spawn.c would give it (argv[0] as
+	 * the user wrote it: it is the ranks' sys.orig_argv[0]). */
 	p->spec_argc = nopts + 3;
 	sb_field(&p->spec, job->prog_path);
-	for (int i = 1; i < nopts; i++)
+	for (int i = 0; i < nopts; i++)
 		sb_field(&p->spec, o->argv[i]);
 	sb_field(&p->spec, helper);
 	sb_field(&p->spec, p->mods);
@@ -302,8 +304,9 @@ static const char *make_spec(struct job *job, struct preload *p)
 	return p->spec.oom ? "out of memory" : NULL;
 }
 
-/* The spec's fields as argv (+ mode, "3"), cwd and env: pointers into
- * spec, in one malloc'd array. */
+/* The spec's fields: the path to exec, argv (+ how, "3"), cwd and env,
+ * as pointers into spec in one malloc'd array; v[0] is the path, argv
+ * starts at v + 1. */
 static char **spec_split(const char *spec, size_t len, int argc,
 			 const char *how, const char **cwd, char ***env)
 {
@@ -314,18 +317,18 @@ static char **spec_split(const char *spec, size_t len, int argc,
 	for (size_t i = 0; i < len; i++)
 		n += !spec[i];
 	v = calloc(n + 6, sizeof(*v));
-	if (!v || (size_t)argc + 1 > n)
+	if (!v || (size_t)argc + 2 > n)
 		goto fail;
 	for (const char *s = spec; s < spec + len; s += strlen(s) + 1) {
 		v[k++] = (char *)s;
-		if (k == argc) {
+		if (k == argc + 1) {
 			v[k++] = (char *)how;
 			v[k++] = "3";
 			v[k++] = NULL;
 		}
 	}
-	*cwd = v[argc + 3];
-	*env = v + argc + 4;
+	*cwd = v[argc + 4];
+	*env = v + argc + 5;
 	return v;
 fail:
 	free(v);
@@ -335,7 +338,7 @@ fail:
 /* In a vfork'd or forked child: becomes the server, exec'd with fd as 3.
  * Async-signal-safe calls only. */
 static void __attribute__((noreturn))
-server_exec(char **argv, char **env, const char *cwd, int fd, int devnull,
+server_exec(char **v, char **env, const char *cwd, int fd, int devnull,
 	    int cgroup_fd, pid_t parent, const sigset_t *mask)
 {
 	setpgid(0, 0);   /* the terminal's ^C is for distrun */
@@ -355,7 +358,7 @@ server_exec(char **argv, char **env, const char *cwd, int fd, int devnull,
 			signal(sig, SIG_DFL);
 	}
 	sigprocmask(SIG_SETMASK, mask, NULL);
-	execve(argv[0], argv, env);
+	execve(v[0], v + 1, env);
 	_exit(127);
 }
 
