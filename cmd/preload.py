@@ -76,6 +76,7 @@ class _Server:
         self.clients = {}    # fileno -> _Client
         self.pidfds = {}     # pidfd -> (client, pid)
         self.door = None
+        self.pid = os.getpid()
 
     # ------------------------------------------------------------ wire
 
@@ -173,12 +174,24 @@ class _Server:
                 os._exit(0)
             for key, _ev in self.sel.select():
                 what, obj = key.data
-                if what == "door":
-                    job = self.on_door()
-                elif what == "client":
-                    job = self.on_client(obj)
-                else:
-                    job = self.on_exit(key.fd)
+                try:
+                    if what == "door":
+                        job = self.on_door()
+                    elif what == "client":
+                        job = self.on_client(obj)
+                    else:
+                        job = self.on_exit(key.fd)
+                except Exception as e:
+                    if os.getpid() != self.pid:
+                        raise   # in a child: its own failure
+                    # A malformed request: that distrun is dropped (its
+                    # ranks with it), the others are served on.
+                    sys.stderr.write("distrun: preload: %s: %s\n" % (
+                        type(e).__name__, e))
+                    if what == "client" and obj.sock.fileno() in \
+                            self.clients:
+                        self.drop_client(obj)
+                    continue
                 if job is not None:
                     return job
 
@@ -380,6 +393,24 @@ def _pystacks():
     sc._distrun_register()
 
 
+def _set_cmdline(argv):
+    """The rank's command line in /proc/self/cmdline (ps, pgrep, distrun's
+    report of left-behind processes): written over the server's own argv
+    strings, cut to their length, the rest NUL."""
+    import ctypes
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])
+    except (OSError, IndexError, ValueError):
+        return
+    if end <= start:
+        return
+    new = b"\0".join(os.fsencode(a) for a in argv)[:end - start - 1]
+    new += b"\0" * (end - start - len(new))
+    ctypes.memmove(start, new, end - start)
+
+
 def _reseed():
     """Random state as after an exec: random reseeds itself at fork;
     numpy's and torch's global generators are seeded here from the OS."""
@@ -422,14 +453,18 @@ def _become_rank(job):
             k, v = entry.split(b"=", 1)
             os.environb[k] = v
     os.chdir(cwd)
+    mode, target = mode.decode(), target.decode("utf-8", "surrogateescape")
+    if _ORIG_ARGV:
+        sys.orig_argv = _ORIG_ARGV + (
+            [target] if mode == "script" else
+            ["-m" if mode == "module" else "-c", target]) + args
     _fresh_stdio(_UNBUFFERED)
     import faulthandler
     if faulthandler.is_enabled():
         faulthandler.enable(file=sys.stderr, all_threads=True)
     _pystacks()
     _reseed()
-    return (mode.decode(), target.decode("utf-8", "surrogateescape"),
-            args, r.decode())
+    return mode, target, args, r.decode()
 
 
 def _run(mode, target, args):
@@ -442,10 +477,6 @@ def _run(mode, target, args):
     main.__annotations__ = {}
     sys.modules["__main__"] = main
     isolated = sys.flags.isolated or getattr(sys.flags, "safe_path", False)
-    if _ORIG_ARGV:
-        sys.orig_argv = _ORIG_ARGV + (
-            [target] if mode == "script" else
-            ["-m" if mode == "module" else "-c", target]) + args
     if mode != "script":
         from importlib.machinery import BuiltinImporter
         main.__loader__ = BuiltinImporter
@@ -606,8 +637,14 @@ def _main():
 if __name__ == "__main__":
     _job = _main()
     # Only a forked rank gets here.
-    _mode, _target, _args, _rank = _become_rank(_job)
+    try:
+        _mode, _target, _args, _rank = _become_rank(_job)
+    except Exception as _exc:
+        os.write(2, ("distrun: preload: cannot set up the rank: %s: %s\n" % (
+            type(_exc).__name__, _exc)).encode())
+        os._exit(1)
     del _job
+    _set_cmdline(sys.orig_argv)
     try:
         _run(_mode, _target, _args)
     except SystemExit as _exc:
