@@ -52,6 +52,9 @@
 #define FORK_WAIT 10.0
 /* How long a server with no client left may take to exit. */
 #define EXIT_WAIT 2.0
+/* How long the other ranks may wait for rank 0 to listen on MASTER_PORT
+ * (see wait_for_store). */
+#define STORE_WAIT 0.5
 #define BROKER_ENV "DISTRUN_PRELOAD_BROKER"
 #define MAX_FDS 5
 
@@ -664,6 +667,52 @@ void preload_begin(struct job *job)
 
 /* ------------------------------------------------------------ ranks */
 
+/* Whether a TCP socket of this network namespace listens on port
+ * (/proc/net/tcp and tcp6: "sl local_address rem_address st", the
+ * address as HEX:PORT, state 0A for LISTEN). */
+static bool port_listening(int port)
+{
+	static const char *const files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+
+	for (size_t i = 0; i < 2; i++) {
+		FILE *f = fopen(files[i], "re");
+		char line[512];
+		bool found = false;
+
+		if (!f)
+			continue;
+		while (!found && fgets(line, sizeof(line), f)) {
+			char local[128];
+			unsigned int lport, st;
+			char *colon;
+
+			if (sscanf(line, "%*s %127s %*s %x", local, &st) != 2)
+				continue;
+			colon = strrchr(local, ':');
+			if (colon && sscanf(colon + 1, "%x", &lport) == 1 &&
+			    (int)lport == port && st == 0x0A)
+				found = true;
+		}
+		fclose(f);
+		if (found)
+			return true;
+	}
+	return false;
+}
+
+/* Forked ranks start within a millisecond of each other, and torch's
+ * TCPStore client, refused because rank 0 does not listen yet, retries
+ * only after a whole second (c10d's socket.cpp): so once rank 0 is
+ * forked, the others wait until it listens on MASTER_PORT, at most
+ * STORE_WAIT (a program that never listens loses that much, once). */
+static void wait_for_store(struct job *job)
+{
+	double end = now_mono() + STORE_WAIT;
+
+	while (now_mono() < end && !port_listening(job->master_port))
+		usleep(2000);
+}
+
 int preload_fork(struct job *job, int r, int in, int out, int err,
 		 pid_t *pid)
 {
@@ -675,6 +724,8 @@ int preload_fork(struct job *job, int r, int in, int out, int err,
 
 	if (!p || p->off || p->fd < 0 || !getcwd(cwd, sizeof(cwd)))
 		return -1;
+	if (r == 1 && p->pid[0] && !job->nodes && job->master_port > 0)
+		wait_for_store(job);
 	fds[nfds++] = in;
 	fds[nfds++] = out;
 	fds[nfds++] = err;

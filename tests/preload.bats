@@ -42,6 +42,16 @@ both() {
 	grep -qF "[0] pgid True" <<<"$output"
 }
 
+@test "preload: breakpoint() on rank 0 reads distrun's stdin" {
+	run bash -c "printf 'p 6*7\\nc\\n' | '$DISTRUN' -q -n 1 $PY bp.py"
+	plain=$output
+	run bash -c "printf 'p 6*7\\nc\\n' | '$DISTRUN' -q --preload json -n 1 $PY bp.py"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$plain" ]
+	grep -qF "[0] (Pdb) 42" <<<"$output"
+	grep -qF "[0] done" <<<"$output"
+}
+
 @test "preload: -m MODULE and -c CODE run as python -m and -c do" {
 	both -n 1 $PY -m pkg
 	[ "$warm_status" -eq 3 ]
