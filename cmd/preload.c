@@ -26,6 +26,7 @@
  * length; fds attached to it) and a body of NUL-separated fields.  The
  * server is a child distrun trusts (it runs the user's own interpreter);
  * even so every read is bounded and a malformed line is dropped.
+ * preload_broker.c shares servers among the runs of a sweep.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -51,11 +52,9 @@
 #define READY_WAIT 120.0
 #define FORK_WAIT 10.0
 /* How long a server with no client left may take to exit. */
-#define EXIT_WAIT 2.0
 /* How long the other ranks may wait for rank 0 to listen on MASTER_PORT
  * (see wait_for_store). */
 #define STORE_WAIT 0.5
-#define BROKER_ENV "DISTRUN_PRELOAD_BROKER"
 #define MAX_FDS 5
 
 struct sbuf {
@@ -307,11 +306,8 @@ static const char *make_spec(struct job *job, struct preload *p)
 	return p->spec.oom ? "out of memory" : NULL;
 }
 
-/* The spec's fields: the path to exec, argv (+ how, "3"), cwd and env,
- * as pointers into spec in one malloc'd array; v[0] is the path, argv
- * starts at v + 1. */
-static char **spec_split(const char *spec, size_t len, int argc,
-			 const char *how, const char **cwd, char ***env)
+char **preload_spec_split(const char *spec, size_t len, int argc,
+			  const char *how, const char **cwd, char ***env)
 {
 	size_t n = 0;
 	char **v;
@@ -338,11 +334,9 @@ fail:
 	return NULL;
 }
 
-/* In a vfork'd or forked child: becomes the server, exec'd with fd as 3.
- * Async-signal-safe calls only. */
-static void __attribute__((noreturn))
-server_exec(char **v, char **env, const char *cwd, int fd, int devnull,
-	    int cgroup_fd, pid_t parent, const sigset_t *mask)
+void preload_server_exec(char **v, char **env, const char *cwd, int fd,
+			 int devnull, int cgroup_fd, pid_t parent,
+			 const sigset_t *mask)
 {
 	setpgid(0, 0);   /* the terminal's ^C is for distrun */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
@@ -492,7 +486,7 @@ static void close_conn(struct preload *p)
 
 int preload_prepare(struct job *job)
 {
-	const char *mods = job->o->preload, *b = getenv(BROKER_ENV);
+	const char *mods = job->o->preload, *b = getenv(PRELOAD_BROKER_ENV);
 	struct preload *p;
 
 	if (b) {
@@ -501,7 +495,7 @@ int preload_prepare(struct job *job)
 		int type = 0;
 		socklen_t tl = sizeof(type);
 
-		unsetenv(BROKER_ENV);
+		unsetenv(PRELOAD_BROKER_ENV);
 		if (!*end && fd > 2 && fd < INT_MAX && !getsockopt((int)fd,
 		    SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_SEQPACKET &&
 		    !fcntl((int)fd, F_SETFD, FD_CLOEXEC))
@@ -532,7 +526,7 @@ int preload_prepare(struct job *job)
 static int start_own(struct job *job, struct preload *p)
 {
 	const char *cwd;
-	char **env, **argv = spec_split(p->spec.s, p->spec.len, p->spec_argc,
+	char **env, **argv = preload_spec_split(p->spec.s, p->spec.len, p->spec_argc,
 					"client", &cwd, &env);
 	int sv[2] = { -1, -1 };
 	sigset_t all, mask;
@@ -544,7 +538,7 @@ static int start_own(struct job *job, struct preload *p)
 	sigprocmask(SIG_SETMASK, &all, &mask);
 	pid = vfork();
 	if (pid == 0)
-		server_exec(argv, env, NULL, sv[1], job->devnull,
+		preload_server_exec(argv, env, NULL, sv[1], job->devnull,
 			    job->cgroup_fd, self, &job->orig_mask);
 	sigprocmask(SIG_SETMASK, &mask, NULL);
 	if (pid < 0)
@@ -925,7 +919,7 @@ void preload_release(struct job *job)
 	if (p->server > 0) {
 		/* With no client left it exits; a server that does not is
 		 * still our unreaped child, so its pid is safe to kill. */
-		double end = now_mono() + EXIT_WAIT;
+		double end = now_mono() + PRELOAD_EXIT_WAIT;
 		pid_t got;
 
 		while ((got = waitpid(p->server, NULL, WNOHANG)) == 0 &&
@@ -946,188 +940,4 @@ void preload_release(struct job *job)
 	free(p->exit_status);
 	free(p);
 	job->preload = NULL;
-}
-
-/* ------------------------------------------------------------ the broker */
-
-struct shared {
-	char *key;                 /* spec, as the cases sent it */
-	size_t keylen;
-	int door;                  /* SOCK_SEQPACKET to the server */
-	pid_t pid;
-};
-
-static struct {
-	int fd;                    /* ours; the children's is in the env */
-	int child_fd;
-	sigset_t mask;             /* the servers' signal mask */
-	struct shared *srv;
-	int nsrv;
-} broker = { .fd = -1, .child_fd = -1 };
-
-int preload_broker_init(const sigset_t *orig_mask)
-{
-	int sv[2];
-	char val[16];
-	int size = 1 << 20;
-
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
-		return -1;
-	/* The children inherit theirs: no O_CLOEXEC there. */
-	if (fcntl(sv[1], F_SETFD, 0)) {
-		close(sv[0]);
-		close(sv[1]);
-		return -1;
-	}
-	/* A request holds an environment: make room for a large one. */
-	setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-	setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-	fcntl(sv[0], F_SETFL, O_NONBLOCK);
-	snprintf(val, sizeof(val), "%d", sv[1]);
-	setenv(BROKER_ENV, val, 1);
-	broker.fd = sv[0];
-	broker.child_fd = sv[1];
-	broker.mask = *orig_mask;
-	return 0;
-}
-
-int preload_broker_fd(void)
-{
-	return broker.fd;
-}
-
-static struct shared *broker_server(const char *spec, size_t len, int argc)
-{
-	struct shared *s, *ns;
-	const char *cwd;
-	char **env, **argv;
-	int sv[2], devnull;
-	pid_t pid, self = getpid();
-
-	for (int i = 0; i < broker.nsrv; i++)
-		if (broker.srv[i].keylen == len &&
-		    !memcmp(broker.srv[i].key, spec, len))
-			return &broker.srv[i];
-	ns = realloc(broker.srv, (broker.nsrv + 1) * sizeof(*ns));
-	if (!ns)
-		return NULL;
-	broker.srv = ns;
-	s = &broker.srv[broker.nsrv];
-	argv = spec_split(spec, len, argc, "door", &cwd, &env);
-	if (!argv)
-		return NULL;
-	devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (devnull < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC,
-				      0, sv)) {
-		if (devnull >= 0)
-			close(devnull);
-		free(argv);
-		return NULL;
-	}
-	pid = fork();
-	if (pid == 0)
-		server_exec(argv, env, cwd, sv[1], devnull, -1, self,
-			    &broker.mask);
-	close(devnull);
-	close(sv[1]);
-	free(argv);
-	s->key = pid > 0 ? malloc(len) : NULL;
-	if (!s->key) {
-		close(sv[0]);
-		if (pid > 0) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-		}
-		return NULL;
-	}
-	memcpy(s->key, spec, len);
-	s->keylen = len;
-	s->door = sv[0];
-	s->pid = pid;
-	broker.nsrv++;
-	return s;
-}
-
-void preload_broker_handle(void)
-{
-	static char buf[1 << 20];
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-
-	for (;;) {
-		struct iovec iov = { buf, sizeof(buf) };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-				      .msg_control = u.b,
-				      .msg_controllen = sizeof(u.b) };
-		struct cmsghdr *c;
-		struct shared *s;
-		ssize_t n = recvmsg(broker.fd, &msg, MSG_CMSG_CLOEXEC);
-		int fd = -1;
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		c = CMSG_FIRSTHDR(&msg);
-		if (c && c->cmsg_level == SOL_SOCKET &&
-		    c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-		if (fd < 0)
-			continue;
-		/* byte 0: the argc of the spec; a malformed one is dropped:
-		 * the case then finds EOF and starts its own ranks. */
-		s = n > 1 && !(msg.msg_flags & MSG_TRUNC) && buf[n - 1] == 0 ?
-		    broker_server(buf + 1, (size_t)n - 1,
-				  (unsigned char)buf[0]) : NULL;
-		if (s) {
-			char byte = 0;
-			struct iovec io = { &byte, 1 };
-			struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1,
-					    .msg_control = u.b,
-					    .msg_controllen = sizeof(u.b) };
-
-			c = CMSG_FIRSTHDR(&m);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &fd, sizeof(int));
-			(void)!sendmsg(s->door, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-		}
-		close(fd);
-	}
-}
-
-void preload_broker_release(void)
-{
-	double end = now_mono() + EXIT_WAIT;
-
-	if (broker.fd < 0)
-		return;
-	close(broker.fd);
-	close(broker.child_fd);
-	unsetenv(BROKER_ENV);
-	broker.fd = broker.child_fd = -1;
-	for (int i = 0; i < broker.nsrv; i++)
-		close(broker.srv[i].door);
-	/* Each exits when its door and its last client are closed; one that
-	 * is still our unreaped child is safe to kill. */
-	for (int i = 0; i < broker.nsrv; i++) {
-		struct shared *s = &broker.srv[i];
-		pid_t got;
-
-		while ((got = waitpid(s->pid, NULL, WNOHANG)) == 0 &&
-		       now_mono() < end)
-			usleep(5000);
-		if (got == 0) {
-			kill(s->pid, SIGKILL);
-			waitpid(s->pid, NULL, 0);
-		}
-		free(s->key);
-	}
-	free(broker.srv);
-	broker.srv = NULL;
-	broker.nsrv = 0;
 }

@@ -36,6 +36,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 struct job;
@@ -59,5 +60,21 @@ int preload_broker_init(const sigset_t *orig_mask);
 int preload_broker_fd(void);
 void preload_broker_handle(void);
 void preload_broker_release(void);
+
+/* Between preload.c and preload_broker.c. */
+#define PRELOAD_BROKER_ENV "DISTRUN_PRELOAD_BROKER"
+/* How long a server with no client left may take to exit. */
+#define PRELOAD_EXIT_WAIT 2.0
+/* A server spec's fields: the path to exec, argv (+ how, "3"), cwd and
+ * env, as pointers into spec in one malloc'd array; v[0] is the path,
+ * argv starts at v + 1.  NULL when malformed or out of memory. */
+char **preload_spec_split(const char *spec, size_t len, int argc,
+			  const char *how, const char **cwd, char ***env);
+/* In a vfork'd or forked child: becomes the server (v from
+ * preload_spec_split), with fd as its fd 3, its own process group,
+ * PR_SET_PDEATHSIG on parent.  Async-signal-safe calls only. */
+void preload_server_exec(char **v, char **env, const char *cwd, int fd,
+			 int devnull, int cgroup_fd, pid_t parent,
+			 const sigset_t *mask) __attribute__((noreturn));
 
 #endif
