@@ -815,17 +815,18 @@ static void lost_ranks(struct job *job)
 	for (int r = 0; p->pid && r < job->o->nranks; r++) {
 		struct rank *rk = &job->ranks[r];
 
-		if (!p->pid[r] || rk->pid != p->pid[r])
+		if (!p->pid[r])
 			continue;
-		if (rk->state == RANK_RUNNING) {
-			if (!said && !job->stopping)
-				fprintf(stderr, "distrun: the warm interpreter "
-					"died; its ranks died with it\n");
-			said = true;
+		if (!said)
+			fprintf(stderr, "distrun: the warm interpreter died; the "
+				"ranks it forked died with it\n");
+		said = true;
+		/* Reaped already if they came to us (we are the subreaper of
+		 * the server's orphans); else their end is known here. */
+		if (rk->pid == p->pid[r] && rk->state == RANK_RUNNING) {
 			guard_forget(job, rk->pid);
-			job_rank_exited(job, r, p->exit_status[r] >= 0 ?
-					p->exit_status[r] : SIGKILL, &ru);
-		} else if (p->exit_status[r] >= 0) {
+			job_rank_exited(job, r, SIGKILL, &ru);
+		} else if (rk->pid == p->pid[r] && p->exit_status[r] >= 0) {
 			job_rank_exited(job, r, p->exit_status[r], &ru);
 		}
 		p->pid[r] = 0;

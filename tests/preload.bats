@@ -182,6 +182,23 @@ both() {
 	wait_until 5 gone
 }
 
+@test "preload: if the warm interpreter dies, its ranks die with it and the job fails" {
+	out=$BATS_TEST_TMPDIR/out
+	"$DISTRUN" --preload json -n 2 $PY sleeper.py >"$out" 2>&1 &
+	pid=$!
+	up() { [ "$(grep -c '] up ' "$out")" -eq 2 ]; }
+	wait_until 20 up
+	ranks=$(sed -n 's/.*] up \([0-9]*\)/\1/p' "$out")
+	server=$(ps -o ppid= -p $(head -1 <<<"$ranks") | tr -d ' ')
+	kill -9 "$server"
+	status=0
+	wait "$pid" || status=$?
+	[ "$status" -eq 137 ]
+	grep -qF "distrun: the warm interpreter died; the ranks it forked died with it" "$out"
+	grep -q "distrun: rank [01] was killed by SIGKILL" "$out"
+	for p in $ranks; do ! kill -0 "$p" 2>/dev/null; done
+}
+
 @test "preload torch: random, numpy and torch seeds are fresh per rank and per run; a gloo job runs" {
 	require_torch
 	run "$DISTRUN" -q --preload torch -n 2 $PY seeds.py
