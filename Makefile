@@ -145,6 +145,12 @@ all: $(PYHELPER)
 $(PYHELPER): cmd/sitecustomize.py
 	@mkdir -p $(dir $@)
 	$(Q)cp $< $@
+# The warm interpreter of --preload (preload.c), found the same way.
+PYPRELOAD := $(B)/share/distrun/python/preload.py
+all: $(PYPRELOAD)
+$(PYPRELOAD): cmd/preload.py
+	@mkdir -p $(dir $@)
+	$(Q)cp $< $@
 
 $(LIB_A): $(RT_OBJ)
 	@mkdir -p $(dir $@)
@@ -291,6 +297,7 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
 	install -d $(DESTDIR)$(PREFIX)/share/distrun/python
 	install -m 644 cmd/sitecustomize.py $(DESTDIR)$(PREFIX)/share/distrun/python/sitecustomize.py
+	install -m 644 cmd/preload.py $(DESTDIR)$(PREFIX)/share/distrun/python/preload.py
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	install -m 644 scripts/distrun.bash-completion \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/distrun

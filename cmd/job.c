@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
+#include "preload.h"
 
 /* How long to wait for pipes to close after SIGKILL before giving up. */
 #define AFTER_KILL_WAIT 10.0
@@ -55,7 +56,7 @@ static int children_next(FILE *f, const struct job *job)
 	int pid;
 
 	while (fscanf(f, "%d", &pid) == 1)
-		if (pid != job->guard_pid)
+		if (pid != job->guard_pid && !preload_owns(job, pid))
 			return pid;
 	return -1;
 }
@@ -154,6 +155,32 @@ static void announce_failure(struct job *job, int r)
 			rk->t_end - job->t0);
 }
 
+void job_rank_exited(struct job *job, int r, int status,
+		     const struct rusage *ru)
+{
+	struct rank *rk = &job->ranks[r];
+
+	rk->state = RANK_EXITED;
+	rk->status = status;
+	rk->ru = *ru;
+	rk->t_end = now_mono();
+	job->nlive--;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		char st[64];
+
+		/* The survivors fail now, not at their timeout. */
+		segment_abort(job, r, rank_status_str(rk, st, sizeof(st)));
+	}
+	if ((!WIFEXITED(status) || WEXITSTATUS(status)) &&
+	    job->first_fail < 0 && !job->stopping) {
+		job->first_fail = r;
+		rk->stopped = false;
+		announce_failure(job, r);
+		diag_rank_failed(job, r);
+		job_stop(job, SIGTERM);
+	}
+}
+
 /* Reaps every child that has exited.  A rank is first only looked at
  * (WNOWAIT) and struck from the guard's list, and reaped after: so the
  * guard never holds a pid that may already belong to someone else. */
@@ -190,25 +217,7 @@ static void reap(struct job *job)
 				job->guard_pid = 0;
 			continue;
 		}
-		rk->state = RANK_EXITED;
-		rk->status = status;
-		rk->ru = ru;
-		rk->t_end = now_mono();
-		job->nlive--;
-		if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-			char st[64];
-
-			/* The survivors fail now, not at their timeout. */
-			segment_abort(job, r, rank_status_str(rk, st, sizeof(st)));
-		}
-		if ((!WIFEXITED(status) || WEXITSTATUS(status)) &&
-		    job->first_fail < 0 && !job->stopping) {
-			job->first_fail = r;
-			rk->stopped = false;
-			announce_failure(job, r);
-			diag_rank_failed(job, r);
-			job_stop(job, SIGTERM);
-		}
+		job_rank_exited(job, r, status, &ru);
 	}
 }
 
@@ -442,8 +451,9 @@ static void close_stream(struct job *job, int r, int s)
 int job_run(struct job *job)
 {
 	int n = job->o->nranks;
-	/* Signals, console, 2 per rank, nodes, stdin and a pipe per rank. */
-	int nmax = 3 * n + 4 + (job->nodes ? job->nnodes : 0);
+	/* Signals, console, 2 per rank, nodes, stdin and a pipe per rank,
+	 * the warm interpreter. */
+	int nmax = 3 * n + 5 + (job->nodes ? job->nnodes : 0);
 	struct pollfd *pfd = malloc((size_t)nmax * sizeof(*pfd));
 	int *who = malloc(2 * (size_t)n * sizeof(*who));
 
@@ -454,7 +464,7 @@ int job_run(struct job *job)
 		return -1;
 	}
 	for (;;) {
-		int np = 3, nn, ni, rc;
+		int np = 3, nn, ni, npl, rc;
 		bool full = mux_full();
 
 		if (job->nlive == 0 && job->nopen == 0 && !output_pending() &&
@@ -485,7 +495,9 @@ int job_run(struct job *job)
 		}
 		nn = nodes_job_pollfds(job, pfd + np, nmax - np);
 		ni = input_pollfds(job, pfd + np + nn, nmax - np - nn);
-		rc = poll(pfd, np + nn + ni, poll_timeout(job));
+		npl = preload_pollfds(job, pfd + np + nn + ni,
+				      nmax - np - nn - ni);
+		rc = poll(pfd, np + nn + ni + npl, poll_timeout(job));
 		if (rc < 0 && errno != EINTR) {
 			perror("distrun: poll");
 			break;
@@ -507,8 +519,10 @@ int job_run(struct job *job)
 					job_stop(job, SIGTERM);
 				break;
 			}
-		if (rc > 0)
+		if (rc > 0) {
 			input_handle(job, pfd + np + nn, ni);
+			preload_handle(job, pfd + np + nn + ni, npl);
+		}
 		if (job->output_broken && !job->stopping) {
 			if (job->first_fail < 0 && !job->timed_out)
 				job->stop_signal = SIGPIPE;

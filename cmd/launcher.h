@@ -104,6 +104,7 @@ struct opts {
 	char **argv_alloc;         /* argv with the interpreter added, or NULL */
 	const char *python_from;   /* where the interpreter came from, or NULL */
 	int stdin_rank;            /* --stdin: a global rank, or STDIN_* */
+	const char *preload;       /* --preload MODULES, NULL: DISTRUN_PRELOAD */
 };
 
 /* --stdin's values besides a rank (input.c). */
@@ -222,6 +223,7 @@ struct job {
 	struct diag *diag;         /* diag.c's state, NULL: none */
 	struct input *input;       /* input.c's state, NULL: no rank reads
 				      distrun's stdin */
+	struct preload *preload;   /* preload.c's state, NULL: no --preload */
 };
 
 /* The ranks of the whole job: this node's unless there are several. */
@@ -330,6 +332,11 @@ void mux_release(struct job *job);
 
 /* job.c */
 int job_run(struct job *job);
+/* Rank r has exited with wait status and rusage ru (already struck from
+ * the guard's list): its bookkeeping, and the stop if it failed first.
+ * reap() calls it, and preload.c for ranks the warm interpreter forked. */
+void job_rank_exited(struct job *job, int r, int status,
+		     const struct rusage *ru);
 /* Starts stopping the job: sig to every rank's group, SIGKILL after the
  * grace period. */
 void job_stop(struct job *job, int sig);

@@ -68,6 +68,7 @@ enum {
 	OPT_REDIRECTS,
 	OPT_TEE,
 	OPT_STDIN,
+	OPT_PRELOAD,
 };
 
 struct opt_def {
@@ -152,6 +153,9 @@ static const struct opt_def opt_table[] = {
 	{ OPT_NO_PYTHON_US, "no_python", NULL, NULL },
 	{ OPT_PYTHON, "python", "PATH",
 	  "Python for .py and -m ($DISTRUN_PYTHON, python3)" },
+	{ OPT_PRELOAD, "preload", "MODULES",
+	  "fork Python ranks from one interpreter that imported MODULES "
+	  "(torch,numpy; $DISTRUN_PRELOAD)" },
 	{ OPT_STANDALONE, "standalone", NULL,
 	  "one node (torchrun): same as --nnodes 1" },
 	{ OPT_SUMMARY, "summary", NULL,
@@ -627,6 +631,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			o->python = optarg;
+			break;
+		case OPT_PRELOAD:
+			o->preload = optarg;   /* checked by preload.c */
 			break;
 		case OPT_STANDALONE:
 			standalone = true;

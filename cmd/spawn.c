@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
+#include "preload.h"
 
 extern char **environ;
 
@@ -321,6 +322,8 @@ int spawn_prepare(struct job *job)
 		fprintf(stderr, "distrun: running %s with %s (%s, from %s)\n",
 			o->argv[o->module ? 2 : 1], job->prog_path,
 			o->argv[0], o->python_from);
+	if (preload_prepare(job))
+		return EXIT_USAGE;
 	if (build_env(job)) {
 		perror("distrun: environment");
 		return 1;
@@ -405,6 +408,9 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The
 	 * child only makes system calls and never returns.  No signal is
 	 * delivered to either side until it has exec'd (see child_exec). */
+	/* --preload: forked from the warm interpreter instead (preload.c). */
+	if (!preload_fork(job, r, in, out[1], err[1], &pid))
+		goto started;
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &mask);
 	pid = vfork();
@@ -418,6 +424,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	}
 	/* Also here, so that killpg works before the child has run. */
 	setpgid(pid, pid);
+started:
 	guard_add(job, pid);
 	close(out[1]);
 	close(err[1]);
@@ -477,6 +484,7 @@ int spawn_all(struct job *job)
 	 * chatty ranks; but the kernel counts pipe capacity per user (past
 	 * fs.pipe-user-pages-soft, 64 MiB by default, new pipes get one
 	 * page), so all of them together stay within 16 MiB. */
+	preload_begin(job);
 	pipe_size = 0;
 	for (int sz = 1 << 20; sz > 65536; sz /= 2)
 		if ((long)sz * job->o->nranks <= 16L << 20) {
@@ -513,6 +521,7 @@ int spawn_all(struct job *job)
 
 void spawn_release(struct job *job)
 {
+	preload_release(job);
 	if (job->env) {
 		for (size_t i = N_SLOTS; i < env_nalloc; i++)
 			free(job->env[i]);

@@ -43,6 +43,7 @@
 
 #include "launcher.h"
 #include "ci.h"
+#include "preload.h"
 
 /* Beyond a case's timeout and grace, how long its child distrun may take
  * to write its report before it is killed. */
@@ -809,7 +810,10 @@ static int run_cases(struct runner *ru, char **prefix, int nprefix)
 		if (ru->cases[i].verdict != CI_SKIP && !ru->cases[i].attempts)
 			queue[qlen++] = i;
 	while (nrun || (qhead < qlen && !ru->interrupted)) {
-		struct pollfd pfd = { .fd = ru->sigfd, .events = POLLIN };
+		/* The signals, and the cases' requests for a warm
+		 * interpreter (--preload, preload.c). */
+		struct pollfd pfd[2] = { { ru->sigfd, POLLIN, 0 },
+					 { preload_broker_fd(), POLLIN, 0 } };
 		double now, next = 0;
 		int timeout_ms = -1;
 
@@ -860,10 +864,12 @@ static int run_cases(struct runner *ru, char **prefix, int nprefix)
 		}
 		if (next)
 			timeout_ms = (int)((next - now) * 1000) + 1;
-		if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+		if (poll(pfd, 2, timeout_ms) < 0 && errno != EINTR) {
 			perror("distrun: poll");
 			signal_slots(slots, ru->jobs, SIGKILL);
 		}
+		if (pfd[1].revents)
+			preload_broker_handle();
 		for (;;) {
 			struct signalfd_siginfo si;
 			int sig;
@@ -933,6 +939,8 @@ static int setup_runner(struct runner *ru)
 	ru->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (ru->sigfd < 0)
 		goto fail;
+	/* Without it, each case starts its own warm interpreter. */
+	preload_broker_init(&ru->orig_mask);
 	if (!ru->output_dir || ru->sweep || ru->html) {
 		const char *t = getenv("TMPDIR");
 
@@ -953,6 +961,7 @@ fail:
 
 static void release_runner(struct runner *ru)
 {
+	preload_broker_release();
 	for (int i = 0; i < ru->ncases; i++) {
 		free(ru->cases[i].message);
 		free(ru->cases[i].text);

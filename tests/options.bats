@@ -48,6 +48,7 @@ help_options() {
 		--junit|--tap) run "$DISTRUN" "$opt" "$BATS_TEST_TMPDIR/$opt.out" true ;;
 		--max-restarts|--max_restarts) run "$DISTRUN" "$opt" 1 true ;;
 		--python) run "$DISTRUN" "$opt" /usr/bin/python3 true ;;
+		--preload) run "$DISTRUN" "$opt" json true ;;
 		--module) run "$DISTRUN" "$opt" --python /usr/bin/python3 json.tool --help ;;
 		--master-addr|--master_addr) run "$DISTRUN" "$opt" 127.0.0.1 true ;;
 		--nnodes) run "$DISTRUN" "$opt" 1 true ;;
