@@ -5,7 +5,7 @@
  *
  * Two calls of one seq may send each other nothing (an all_reduce waiting
  * for a rank that waits in a reduce).  So a wait for a collective's
- * message that lasts ANNOUNCE_MS (transport.c) sends each peer it waits
+ * message that lasts ANNOUNCE_MS (wait.c) sends each peer it waits
  * for a CALL frame (the header alone); the peer compares the call with
  * its own of that seq, kept from its sends and receives, at once or when
  * it gets there, as it does any message of a seq it made another call of,
