@@ -22,7 +22,7 @@
 
 #include "announce.h"
 #include "error.h"
-#include "link.h"
+#include "links.h"
 
 #define CALLS_KEPT 64 /* this rank's calls kept to compare, newest */
 #define HEARD_MAX 64  /* announced calls of a seq this rank is not at yet */

@@ -1,7 +1,7 @@
 /*
  * frames.c - the byte stream to and from one peer: frames written out of
  * its send queue, frames read and taken apart, whatever the link (TCP or
- * shared memory: link.h's operations move the bytes).
+ * shared memory: links.h's operations move the bytes).
  *
  * A frame is a 64-byte header (wire.h) and its payload.  Out: the head of
  * the peer's queue is written header and payload in one sendmsg, as far
@@ -26,7 +26,7 @@
 #include "copy.h"
 #include "error.h"
 #include "frames.h"
-#include "link.h"
+#include "links.h"
 #include "match.h"
 
 #define ABORT_TEXT_MAX 4096

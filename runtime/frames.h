@@ -7,7 +7,7 @@
 #ifndef DRI_FRAMES_H
 #define DRI_FRAMES_H
 
-#include "link.h"
+#include "links.h"
 
 /* Writes what peer i's send queue holds, as far as the link takes it;
  * finished sends complete. */

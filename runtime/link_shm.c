@@ -1,5 +1,5 @@
 /*
- * link_shm.c - the shared-memory link (link.h's operations over shm.c):
+ * link_shm.c - the shared-memory link (links.h's operations over shm.c):
  * a peer on this host gets the very byte stream a TCP peer would, through
  * its ring in the job's segment.  A full or empty ring reads as EAGAIN;
  * there is no descriptor per peer (a ring write wakes the loop through
@@ -8,7 +8,7 @@
  */
 #include <errno.h>
 
-#include "link.h"
+#include "links.h"
 #include "shm.h"
 
 static ssize_t shm_send(int peer, const struct iovec *iov, int n, int all)

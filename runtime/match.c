@@ -25,7 +25,7 @@
 #include "announce.h"
 #include "copy.h"
 #include "error.h"
-#include "link.h"
+#include "links.h"
 #include "match.h"
 
 #define CANCELLED_MAX 64 /* late messages of cancelled receives remembered */

@@ -1,5 +1,5 @@
 /*
- * tcp.c - the TCP link (link.h): the listening socket, connections to
+ * tcp.c - the TCP link (links.h): the listening socket, connections to
  * peers on other hosts, and auth.h's handshake on each.
  *
  * Every rank listens on one socket, on the address its peers reach it at
@@ -36,7 +36,7 @@
 
 #include "clock.h"
 #include "error.h"
-#include "link.h"
+#include "links.h"
 #include "net.h"
 #include "tcp.h"
 

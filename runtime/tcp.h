@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "auth.h"
-#include "link.h"
+#include "links.h"
 
 /* Listens on host (numeric), an ephemeral port, into *port. */
 dr_err dri_tcp_listen(const char *host, int rank, int *port);

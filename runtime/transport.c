@@ -2,7 +2,7 @@
  * transport.c - the loop that moves every peer's bytes, the waits of
  * calls, abort and stop; the entry points of transport.h.
  *
- * The transport is built in rooms (link.h draws them): tcp.c makes the
+ * The transport is built in rooms (links.h draws them): tcp.c makes the
  * connections to peers on other hosts (the HMAC handshake), link_shm.c
  * reaches peers on this host through the segment's rings (shm.c), and
  * both are link operations (send, receive, poll fd, start state) behind
@@ -51,7 +51,7 @@
 #include "clock.h"
 #include "error.h"
 #include "frames.h"
-#include "link.h"
+#include "links.h"
 #include "match.h"
 #include "seg.h"
 #include "shm.h"
@@ -623,17 +623,6 @@ static void cpu_relax(void)
 #endif
 }
 
-/* One step with peers in shared memory: read and write the rings that
- * changed, look at the launcher's abort word and the peers' processes,
- * then TCP (if some peers are elsewhere), then spin or sleep.  While
- * spinning, a rank that shares its core with others (ranks outnumber the
- * CPUs it may use) yields between looks, so the peer it waits for can
- * run; otherwise it pauses, and yields every 16th look: on a loaded
- * machine two ranks often share a core whatever their number, and a spin
- * that never yields keeps the peer off it until the sleep (README's
- * Benchmarks give the figures).  The sleep is on this rank's doorbell
- * futex, or, with TCP peers too, in poll() for at most a millisecond (a
- * ring write does not wake poll). */
 /* Reads and writes the rings that changed; returns whether any had. */
 static int drain_rings_locked(void)
 {
@@ -656,6 +645,17 @@ static int drain_rings_locked(void)
 	return moved;
 }
 
+/* One step with peers in shared memory: read and write the rings that
+ * changed, look at the launcher's abort word and the peers' processes,
+ * then TCP (if some peers are elsewhere), then spin or sleep.  While
+ * spinning, a rank that shares its core with others (ranks outnumber the
+ * CPUs it may use) yields between looks, so the peer it waits for can
+ * run; otherwise it pauses, and yields every 16th look: on a loaded
+ * machine two ranks often share a core whatever their number, and a spin
+ * that never yields keeps the peer off it until the sleep (README's
+ * Benchmarks give the figures).  The sleep is on this rank's doorbell
+ * futex, or, with TCP peers too, in poll() for at most a millisecond (a
+ * ring write does not wake poll). */
 static int shm_step_locked(int64_t wait_ms, int spin)
 {
 	static int64_t last_event_ms;

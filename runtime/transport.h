@@ -1,6 +1,6 @@
 /*
  * transport.h - messages between ranks (transport.c, wait.c, and the
- * rooms below them, link.h): post sends and receives, progress them,
+ * rooms below them, links.h): post sends and receives, progress them,
  * abort, learn of a peer's death.  A request names its call (dri_msg_id)
  * and carries the call's deadline; the transport knows nothing of groups
  * or collectives.  TCP between hosts, shared memory (shm.h) between ranks

@@ -15,7 +15,7 @@
 #include "copy.h"
 #include "ctl.h"
 #include "error.h"
-#include "link.h"
+#include "links.h"
 #include "loop.h"
 #include "match.h"
 #include "shm.h"

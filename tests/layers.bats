@@ -45,7 +45,7 @@ C
 
 @test "layers: a room of the transport that calls a higher room is reported" {
 	# match.o (matching) now also takes the loop's lock (transport.c): the
-	# rooms below the loop return what they find instead (link.h).
+	# rooms below the loop return what they find instead (links.h).
 	splice match <<'C'
 void dri_loop_lock(void);
 void dri_layers_probe(void) { dri_loop_lock(); }

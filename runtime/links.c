@@ -1,6 +1,6 @@
 /*
- * link.c - the table of peers that every room of the transport reads
- * (link.h), and the few helpers on requests and peers they all use.  The
+ * links.c - the table of peers that every room of the transport reads
+ * (links.h), and the few helpers on requests and peers they all use.  The
  * bottom of the transport: it calls nothing of the other rooms.
  */
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "error.h"
-#include "link.h"
+#include "links.h"
 
 struct dri_links dri_links;
 

@@ -1,12 +1,12 @@
 /*
- * link.h - the rooms of the transport and what they share (link.c): one
+ * links.h - the rooms of the transport and what they share (links.c): one
  * record per peer (struct dri_peer), and the operations of the medium
  * that carries its bytes (struct dri_link_ops: TCP in tcp.c, shared
  * memory in link_shm.c over shm.c).  Only the transport's own files
  * include it; everything here is used with transport.c's lock held.
  *
  * The rooms, bottom first (each calls only those below it):
- *   link.c      the peers, the request helpers;
+ *   links.c     the peers, the request helpers;
  *   tcp.c       connections, the HMAC handshake, the TCP link;
  *   link_shm.c  the shared-memory link;
  *   announce.c  the mismatch announcements: the calls this rank made,
@@ -20,8 +20,8 @@
  * finds a peer up, or a parked message to read, returns that too.  No
  * room calls back into the loop.
  */
-#ifndef DRI_LINK_H
-#define DRI_LINK_H
+#ifndef DRI_LINKS_H
+#define DRI_LINKS_H
 
 #include <stddef.h>
 #include <stdint.h>
