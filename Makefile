@@ -19,13 +19,6 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -MMD -MP \
 	     -Iruntime $(CFLAGS)
-# The control blocks (runtime/ctl.c, cmd/diag.c) live in the per-job
-# segment: publish and read them once the segment's code is in the tree.
-ifneq ($(wildcard cmd/segment.c),)
-ifneq ($(wildcard runtime/seg.c),)
-ALL_CFLAGS += -DDISTRUN_SEGMENT
-endif
-endif
 ALL_LDFLAGS = $(LDFLAGS)
 LIBS_RT = -lpthread -ldl -lm
 

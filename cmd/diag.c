@@ -155,12 +155,7 @@ int64_t diag_now_ns(void)
 
 const dri_ctl *diag_ctl(const struct job *job, int r)
 {
-#ifdef DISTRUN_SEGMENT
 	const dri_seg_hdr *h = job->seg;
-#else
-	const dri_seg_hdr *h = NULL;   /* no segment in this build */
-	(void)job;
-#endif
 	const dri_ctl *c;
 
 	if (!h || r < 0 || (uint32_t)r >= h->nranks ||

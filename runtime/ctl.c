@@ -23,7 +23,8 @@
 #include "ctl.h"
 #include "error.h"
 
-static dri_ctl *C;
+/* This rank's control block in the segment (NULL: nothing published). */
+static dri_ctl *own_block;
 /* Coarse by default: a fraction of the precise clock's cost, to the
  * kernel's tick (1-4 ms), which stall reports, time in collectives (an
  * unbiased sum over many calls) and barrier skew (>= 50 ms) need; exact
@@ -37,7 +38,7 @@ static _Thread_local struct {
 	dri_ctl_slot *slot;     /* its slot, NULL if none */
 	dri_ctl_call *cur;      /* the record being written */
 	dri_ctl_call call;      /* a call without a slot */
-} T;
+} this_call;
 
 static int64_t now_ns(void)
 {
@@ -63,25 +64,18 @@ void dri_ctl_attach(int rank, int world_size)
 {
 	const char *mode = getenv("DISTRUN_CTL");
 
-	C = NULL;
+	own_block = NULL;
 	/* DISTRUN_CTL=off: publish nothing (to measure what it costs). */
 	if (mode && !strcmp(mode, "off"))
 		return;
 	clk = mode && !strcmp(mode, "precise") ? CLOCK_MONOTONIC
 					       : CLOCK_MONOTONIC_COARSE;
-#ifdef DISTRUN_SEGMENT
 	dri_ctl_attach_to(dri_seg_ctl(dri_seg_local_rank()), rank, world_size);
-#else
-	/* Built without the per-job segment (runtime/seg.c): nothing to
-	 * publish into; the Makefile defines DISTRUN_SEGMENT once it is. */
-	(void)rank;
-	(void)world_size;
-#endif
 }
 
 void dri_ctl_attach_to(dri_ctl *c, int rank, int world_size)
 {
-	C = NULL;
+	own_block = NULL;
 	if (!c)
 		return;
 	/* A block left by an earlier process group of this rank keeps its
@@ -100,15 +94,15 @@ void dri_ctl_attach_to(dri_ctl *c, int rank, int world_size)
 	c->t_user = c->t_attach;
 	c->version = DRI_CTL_VERSION;
 	__atomic_store_n(&c->magic, DRI_CTL_MAGIC, __ATOMIC_RELEASE);
-	C = c;
+	own_block = c;
 }
 
 void dri_ctl_detach(void)
 {
-	if (!C)
+	if (!own_block)
 		return;
-	__atomic_store_n(&C->finished, 1, __ATOMIC_RELEASE);
-	C = NULL;
+	__atomic_store_n(&own_block->finished, 1, __ATOMIC_RELEASE);
+	own_block = NULL;
 }
 
 void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
@@ -116,18 +110,18 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 	dri_ctl_slot *s;
 	dri_ctl_call *c;
 
-	if (!C)
+	if (!own_block)
 		return;
 	if (id->coll == DRI_P2P)
-		s = &C->slot[DRI_CTL_P2P];
+		s = &own_block->slot[DRI_CTL_P2P];
 	else
-		s = id->group_id < DRI_CTL_GROUPS ? &C->slot[id->group_id] : NULL;
+		s = id->group_id < DRI_CTL_GROUPS ? &own_block->slot[id->group_id] : NULL;
 	/* Written in place: the slot's call, or ours for a group without
 	 * one (the ring gets a copy at the end). */
-	c = s ? &s->call : &T.call;
-	T.active = 1;
-	T.slot = s;
-	T.cur = c;
+	c = s ? &s->call : &this_call.call;
+	this_call.active = 1;
+	this_call.slot = s;
+	this_call.cur = c;
 	if (s)
 		slot_open(s);
 	c->group_id = id->group_id;
@@ -151,7 +145,7 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 
 void dri_ctl_wait(int peer, int is_send)
 {
-	dri_ctl_slot *s = T.slot;
+	dri_ctl_slot *s = this_call.slot;
 
 	/* No clock read here: it would cost as much as the rest of the
 	 * hooks together (the launcher counts the wait from t_start). */
@@ -170,16 +164,16 @@ void dri_ctl_wait(int peer, int is_send)
 
 void dri_ctl_end(dr_err err)
 {
-	dri_ctl_slot *s = T.slot;
-	dri_ctl_call *c = T.cur;
+	dri_ctl_slot *s = this_call.slot;
+	dri_ctl_call *c = this_call.cur;
 	dri_ctl_rec *r;
 	uint64_t idx;
 	int64_t t;
 
-	if (!C || !T.active)
+	if (!own_block || !this_call.active)
 		return;
-	T.active = 0;
-	T.slot = NULL;
+	this_call.active = 0;
+	this_call.slot = NULL;
 	t = now_ns();
 	if (s)
 		slot_open(s);
@@ -194,19 +188,19 @@ void dri_ctl_end(dr_err err)
 	if (c->group_id == 0 && c->coll != DRI_P2P) {
 		/* The world's ring has one writer: no atomic add, the head
 		 * moves once the record is whole. */
-		idx = C->ring_head[DRI_CTL_WORLD];
-		r = &C->ring_world[idx % DRI_CTL_RING_WORLD];
+		idx = own_block->ring_head[DRI_CTL_WORLD];
+		r = &own_block->ring_world[idx % DRI_CTL_RING_WORLD];
 	} else {
-		idx = __atomic_fetch_add(&C->ring_head[DRI_CTL_OTHER], 1,
+		idx = __atomic_fetch_add(&own_block->ring_head[DRI_CTL_OTHER], 1,
 					 __ATOMIC_RELAXED);
-		r = &C->ring_other[idx % DRI_CTL_RING_OTHER];
+		r = &own_block->ring_other[idx % DRI_CTL_RING_OTHER];
 	}
 	__atomic_store_n(&r->ver, 2 * idx + 1, __ATOMIC_RELAXED);
 	DRI_CTL_FENCE(__ATOMIC_RELEASE);
 	r->call = *c;
 	__atomic_store_n(&r->ver, 2 * idx + 2, __ATOMIC_RELEASE);
 	if (c->group_id == 0 && c->coll != DRI_P2P)
-		__atomic_store_n(&C->ring_head[DRI_CTL_WORLD], idx + 1,
+		__atomic_store_n(&own_block->ring_head[DRI_CTL_WORLD], idx + 1,
 				 __ATOMIC_RELEASE);
-	__atomic_store_n(&C->t_user, c->t_end, __ATOMIC_RELAXED);
+	__atomic_store_n(&own_block->t_user, c->t_end, __ATOMIC_RELAXED);
 }

@@ -581,13 +581,6 @@ size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all)
 	return put;
 }
 
-int dri_shm_readable(int peer)
-{
-	dri_seg_ring *rg = ring(M.local[peer], M.me);
-
-	return __atomic_load_n(&rg->tail, __ATOMIC_ACQUIRE) != rg->head;
-}
-
 size_t dri_shm_recv(int peer, void *buf, size_t len)
 {
 	int l = M.local[peer];

@@ -62,8 +62,6 @@ size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all);
 /* Copies up to len bytes that peer sent into buf; returns them (0:
  * nothing there yet). */
 size_t dri_shm_recv(int peer, void *buf, size_t len);
-/* Whether peer's ring to us holds bytes. */
-int dri_shm_readable(int peer);
 /* Writes into out (up to max) the world ranks whose rings changed since
  * the last call (bytes to read, or room to write); returns how many. */
 int dri_shm_ready(int *out, int max);

@@ -1,9 +1,10 @@
 /*
- * transport.h - messages between ranks (transport.c): post sends and
- * receives, progress them, abort, learn of a peer's death.  A request
- * names its call (dri_msg_id) and carries the call's deadline; the
- * transport knows nothing of groups or collectives.  TCP between hosts,
- * shared memory (shm.h) between ranks of one host, behind the same calls.
+ * transport.h - messages between ranks (transport.c, wait.c, and the
+ * rooms below them, links.h): post sends and receives, progress them,
+ * abort, learn of a peer's death.  A request names its call (dri_msg_id)
+ * and carries the call's deadline; the transport knows nothing of groups
+ * or collectives.  TCP between hosts, shared memory (shm.h) between ranks
+ * of one host, behind the same calls.
  *
  * Layer 3: above the wire format, the rendezvous (it learns its peers'
  * addresses from the caller) and the segment.

@@ -43,6 +43,18 @@ C
 	[[ "$output" == *"error (base) calls up into group (groups): dri_submit"* ]]
 }
 
+@test "layers: a room of the transport that calls a higher room is reported" {
+	# match.o (matching) now also takes the loop's lock (transport.c): the
+	# rooms below the loop return what they find instead (links.h).
+	splice match <<'C'
+void dri_loop_lock(void);
+void dri_layers_probe(void) { dri_loop_lock(); }
+C
+	run "$BATS_TEST_DIRNAME/../scripts/layers" "$T"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"match calls up into transport, a higher room of the transport layer: dri_loop_lock"* ]]
+}
+
 @test "layers: a cycle inside one layer is reported" {
 	# clock.o calls timeout.c, which calls clock.c already.
 	splice clock <<'C'

@@ -1,0 +1,66 @@
+/*
+ * links.c - the table of peers that every room of the transport reads
+ * (links.h), and the few helpers on requests and peers they all use.  The
+ * bottom of the transport: it calls nothing of the other rooms.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "links.h"
+
+struct dri_links dri_links;
+
+void dri_req_init(dri_req *req, const dri_msg_id *id, int peer, int is_send,
+		  void *buf, size_t len)
+{
+	req->next = NULL;
+	req->id = *id;
+	req->peer = peer;
+	req->is_send = is_send;
+	req->buf = buf;
+	req->len = len;
+	req->done = 0;
+	req->source = -1;
+	req->kind = DRI_WIRE_DATA;
+	req->complete = 0;
+	req->status = DR_OK;
+	req->priv = NULL;
+}
+
+void dri_req_finish(dri_req *r, dr_err st)
+{
+	if (r->priv == DRI_REQ_OWNED) {
+		free(r);
+		return;
+	}
+	r->status = st;
+	__atomic_store_n(&r->complete, 1, __ATOMIC_RELEASE);
+}
+
+void dri_peer_close(struct dri_peer *p)
+{
+	if (p->fd >= 0) {
+		shutdown(p->fd, SHUT_RDWR);
+		close(p->fd);
+	}
+	p->fd = -1;
+}
+
+dr_err dri_peer_lost(int i, const char *why)
+{
+	return dri_fail(DR_EPEER, "rank %d: lost the connection to rank %d "
+			"(%s): did it crash or exit without "
+			"dr_destroy_process_group?", dri_links.rank, i, why);
+}
+
+dr_err dri_peer_io_error(int i, int e)
+{
+	if (e == EBADF)
+		return dri_fail(DR_EPEER, "rank %d: the socket to rank %d (fd "
+				"%d) was closed under the transport",
+				dri_links.rank, i, dri_links.peer[i].fd);
+	return dri_peer_lost(i, dri_strerror(e));
+}
