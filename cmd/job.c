@@ -155,7 +155,11 @@ static void announce_failure(struct job *job, int r)
 			rk->t_end - job->t0);
 }
 
-void job_rank_exited(struct job *job, int r, int status,
+/* Rank r has exited with wait status and rusage ru (already struck from
+ * the guard's list): its bookkeeping, and the stop if it failed first.
+ * reap() calls it, and preload.c (through job->rank_exited) for ranks the
+ * warm interpreter forked. */
+static void job_rank_exited(struct job *job, int r, int status,
 		     const struct rusage *ru)
 {
 	struct rank *rk = &job->ranks[r];
@@ -463,6 +467,7 @@ int job_run(struct job *job)
 		free(who);
 		return -1;
 	}
+	job->rank_exited = job_rank_exited;
 	for (;;) {
 		int np = 3, nn, ni, npl, rc;
 		bool full = mux_full();

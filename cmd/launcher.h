@@ -224,6 +224,10 @@ struct job {
 	struct input *input;       /* input.c's state, NULL: no rank reads
 				      distrun's stdin */
 	struct preload *preload;   /* preload.c's state, NULL: no --preload */
+	/* How a rank's end reaches the job loop from below it (preload.c
+	 * learns of forked ranks' ends): set by job_run. */
+	void (*rank_exited)(struct job *job, int r, int status,
+			    const struct rusage *ru);
 };
 
 /* The ranks of the whole job: this node's unless there are several. */
@@ -332,11 +336,6 @@ void mux_release(struct job *job);
 
 /* job.c */
 int job_run(struct job *job);
-/* Rank r has exited with wait status and rusage ru (already struck from
- * the guard's list): its bookkeeping, and the stop if it failed first.
- * reap() calls it, and preload.c for ranks the warm interpreter forked. */
-void job_rank_exited(struct job *job, int r, int status,
-		     const struct rusage *ru);
 /* Starts stopping the job: sig to every rank's group, SIGKILL after the
  * grace period. */
 void job_stop(struct job *job, int sig);

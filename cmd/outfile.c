@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
+#include "ci.h"
 
 static mode_t file_mode(void)
 {
@@ -188,4 +189,42 @@ int outfiles_mark(const char *report, const char *junit, const char *tap,
 	rc |= outfile_mark(trace, "--trace", MARK_TRACE);
 	rc |= outfile_mark(html, "--html", MARK_HTML);
 	return rc;
+}
+
+/* Reads at most max bytes of path into a NUL-terminated malloc'd buffer
+ * (ci.h). */
+char *ci_read_file(const char *path, size_t max, size_t *len)
+{
+	struct stat st;
+	char *buf = NULL;
+	size_t n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st))
+		goto fail;
+	if (len)
+		*len = st.st_size;
+	buf = malloc((size_t)st.st_size < max ? (size_t)st.st_size + 1 :
+		     max + 1);
+	if (!buf)
+		goto fail;
+	while (n < max && n < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + n, ((size_t)st.st_size < max ?
+					       (size_t)st.st_size : max) - n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += r;
+	}
+	buf[n] = 0;
+	close(fd);
+	return buf;
+fail:
+	free(buf);
+	close(fd);
+	return NULL;
 }

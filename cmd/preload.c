@@ -825,9 +825,9 @@ static void lost_ranks(struct job *job)
 		 * the server's orphans); else their end is known here. */
 		if (rk->pid == p->pid[r] && rk->state == RANK_RUNNING) {
 			guard_forget(job, rk->pid);
-			job_rank_exited(job, r, SIGKILL, &ru);
+			job->rank_exited(job, r, SIGKILL, &ru);
 		} else if (rk->pid == p->pid[r] && p->exit_status[r] >= 0) {
-			job_rank_exited(job, r, p->exit_status[r], &ru);
+			job->rank_exited(job, r, p->exit_status[r], &ru);
 		}
 		p->pid[r] = 0;
 	}
@@ -873,7 +873,7 @@ static void handle_line(struct job *job, const char *line)
 		if (r < 0 || job->ranks[r].state != RANK_EXITED)
 			return;
 		p->pid[r] = 0;
-		job_rank_exited(job, r, status, &ru);
+		job->rank_exited(job, r, status, &ru);
 	}
 }
 
