@@ -116,8 +116,10 @@ $(B)/pic/%.o: %.c
 
 # The launcher takes what it shares with the runtime (the job's keys and
 # handshake, errors, the names of calls, dtypes and ops for diag.c) from
-# the archive: the linker pulls only those objects.
-LIBS_CMD = -ljansson -lcurl
+# the archive: the linker pulls only those objects.  libcurl is not
+# linked: cmd/etcd.c loads it (dlopen) for --rdzv-backend etcd alone, so
+# that its thirty libraries do not slow every start.
+LIBS_CMD = -ljansson
 $(DISTRUN): $(CMD_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK    $@")
