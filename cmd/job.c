@@ -401,6 +401,9 @@ static int poll_timeout(struct job *job)
 				     * and check_output */
 	if (diag_deadline(job) >= 0 && (until < 0 || diag_deadline(job) < until))
 		until = diag_deadline(job);
+	if (mux_partial_deadline(job) >= 0 &&
+	    (until < 0 || mux_partial_deadline(job) < until))
+		until = mux_partial_deadline(job);
 	if (until < 0)
 		return -1;
 	if (until <= t)
@@ -498,6 +501,7 @@ int job_run(struct job *job)
 			if (mux_read(job, r, s) <= 0)
 				close_stream(job, r, s);
 		}
+		mux_show_partials(job);
 		mux_flush(job);
 		if (rc > 0 && pfd[0].revents)
 			handle_signals(job);

@@ -92,6 +92,7 @@ struct opts {
 	const char *trace;         /* --trace FILE, NULL: none (trace.c) */
 	bool module;               /* -m: argv[0] is a Python module */
 	bool no_python;            /* --no-python: never add an interpreter */
+	bool buffered;             /* --buffered: no line-buffering shim */
 	const char *python;        /* --python, NULL: DISTRUN_PYTHON/python3 */
 	int max_restarts;          /* --max-restarts */
 	bool file_only[2];         /* --redirects: stdout, stderr not shown */
@@ -135,6 +136,9 @@ enum { SPAWN_STEP_EXEC, SPAWN_STEP_FDS };
 struct linebuf {
 	char *buf;
 	size_t len, cap;
+	size_t shown;              /* bytes of buf already on the console */
+	double since;              /* when the partial line last grew */
+	bool pending;              /* len > shown: counted in mux.c */
 };
 
 struct rank {
@@ -183,6 +187,7 @@ struct job {
 	/* The per-job segment (segment.c; layout in runtime/seg.h): mapped
 	 * for the whole job, NULL if it could not be made. */
 	int seg_fd;                /* -1: none */
+	bool linebuf;              /* ranks get the line-buffering shim */
 	void *seg;                 /* a dri_seg_hdr */
 	size_t seg_size;
 
@@ -315,6 +320,12 @@ void mux_give_up(struct job *job);
 void mux_drain(struct job *job, double seconds);
 /* At EOF of a stream: emits its partial last line with a newline. */
 void mux_finish(struct job *job, int r, int s);
+/* When a partial line (a prompt) that has not grown for PARTIAL_WAIT
+ * seconds is due to be shown, or -1; mux_show_partials shows those due,
+ * without a newline: the rest of the line follows it when it comes. */
+#define PARTIAL_WAIT 0.2
+double mux_partial_deadline(struct job *job);
+void mux_show_partials(struct job *job);
 void mux_release(struct job *job);
 
 /* job.c */

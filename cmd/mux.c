@@ -22,6 +22,13 @@
  * newline at EOF so it cannot run into another rank's line.  A line longer
  * than LINE_CAP is cut there (so memory stays bounded whatever a rank
  * prints).  --output-dir files get each rank's bytes exactly as read.
+ *
+ * A partial line that does not grow for PARTIAL_WAIT (a prompt: pdb's
+ * "(Pdb) ", input("x? ")) is shown without its newline, and the destination
+ * remembers that rank's line is open: the rest of the line, when it comes,
+ * follows it without a label, so it reads as one line; any other output
+ * first ends the open line with a newline (and the rest then comes on a
+ * line of its own, labelled again).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +66,7 @@ struct dest {
 	size_t off, len, cap;
 	char *labels;               /* LABEL_MAX bytes per rank */
 	uint8_t *label_len;
+	int open_rank;              /* whose partial line ends it, or -1 */
 };
 
 static struct {
@@ -67,6 +75,7 @@ static struct {
 	bool labels;
 	bool timestamps;
 	bool any_shown;
+	int npartial;               /* lines with bytes not shown yet */
 } mux;
 
 static const int palette[] = { 32, 33, 34, 35, 36, 31, 92, 93, 94, 95, 96 };
@@ -185,6 +194,7 @@ int mux_init(struct job *job)
 		struct dest *d = &mux.dest[s];
 
 		d->fd = s + 1;
+		d->open_rank = -1;
 		d->cap = OBUF_SIZE;
 		d->buf = malloc(d->cap);
 		if (!d->buf || dest_open(d) || (mux.labels &&
@@ -368,21 +378,27 @@ static void dest_put(struct job *job, struct dest *d, struct iovec *iov,
 	}
 }
 
-/* One line (or, in raw mode, a run of whole lines) of rank r to d. */
-static void emit(struct job *job, struct dest *d, int r, const char *data,
-		 size_t len, bool add_nl)
+/* Bytes of rank r to d: label is false for the rest of a line whose
+ * start is on the console already (no label, no timestamp). */
+static void emit_as(struct job *job, struct dest *d, int r, const char *data,
+		    size_t len, bool add_nl, bool label)
 {
-	struct iovec iov[4];
+	struct iovec iov[5];
 	char ts[32];
 	int cnt = 0;
 	size_t need;
 
 	if (d->broken)
 		return;
-	if (mux.labels)
+	if (d->open_rank >= 0 && (label || d->open_rank != r))
+		iov[cnt++] = (struct iovec){ "\n", 1 };
+	d->open_rank = -1;
+	if (!label)
+		;
+	else if (mux.labels)
 		iov[cnt++] = (struct iovec){ d->labels + (size_t)r * LABEL_MAX,
 					     d->label_len[r] };
-	if (mux.timestamps) {
+	if (label && mux.timestamps) {
 		int n = snprintf(ts, sizeof(ts), "+%.3f ",
 				 now_mono() - job->t0);
 		iov[cnt++] = (struct iovec){ ts, (size_t)n };
@@ -400,6 +416,35 @@ static void emit(struct job *job, struct dest *d, int r, const char *data,
 	dest_put(job, d, iov, cnt, need >= OBUF_SIZE / 4);
 }
 
+/* One line (or, in raw mode, a run of whole lines) of rank r to d. */
+static void emit(struct job *job, struct dest *d, int r, const char *data,
+		 size_t len, bool add_nl)
+{
+	emit_as(job, d, r, data, len, add_nl, true);
+}
+
+/* The end of rank r's partial line lb: what is not shown yet, after the
+ * part that is (no label when it still ends the console's line). */
+static void emit_rest(struct job *job, struct dest *d, int r,
+		      struct linebuf *lb, bool add_nl)
+{
+	bool cont = lb->shown && d->open_rank == r;
+
+	if (lb->shown && !cont) {
+		/* Another rank's output came between: the rest on its own
+		 * line. */
+		emit_as(job, d, r, lb->buf + lb->shown, lb->len - lb->shown,
+			add_nl, true);
+	} else {
+		emit_as(job, d, r, lb->buf + lb->shown, lb->len - lb->shown,
+			add_nl, !cont);
+	}
+	if (lb->pending)
+		mux.npartial--;
+	lb->pending = false;
+	lb->shown = 0;
+}
+
 /* The hot path: whole lines [p, end) of rank r, each after its label,
  * copied straight into the output buffer. */
 static void emit_labelled(struct job *job, struct dest *d, int r,
@@ -408,6 +453,10 @@ static void emit_labelled(struct job *job, struct dest *d, int r,
 	const char *label = d->labels + (size_t)r * LABEL_MAX;
 	size_t llen = d->label_len[r];
 
+	if (d->open_rank >= 0) {
+		/* End the partial line another rank left open. */
+		emit_as(job, d, r, "", 0, false, false);
+	}
 	while (p < end) {
 		const char *nl = memchr(p, '\n', end - p);
 		size_t len = nl + 1 - p;
@@ -463,11 +512,11 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 		}
 		if (line_append(lb, p, take)) {
 			/* Out of memory: show what we have, as it comes. */
-			emit(job, d, r, lb->buf, lb->len, true);
+			emit_rest(job, d, r, lb, true);
 			lb->len = 0;
 			emit(job, d, r, p, take, !nl || cut);
 		} else if (cut || (nl && take == (size_t)(nl + 1 - p))) {
-			emit(job, d, r, lb->buf, lb->len, cut);
+			emit_rest(job, d, r, lb, cut);
 			lb->len = 0;
 		}
 		p += take;
@@ -489,9 +538,21 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 		}
 		p = last + 1;
 	}
-	/* The tail (shorter than a read, so than LINE_CAP) waits for more. */
+	/* The tail (shorter than a read, so than LINE_CAP) waits for more:
+	 * shown after PARTIAL_WAIT of quiet (mux_show_partials). */
 	if (p < end && line_append(lb, p, end - p))
 		emit(job, d, r, p, end - p, true);
+}
+
+/* After a read: a partial line that grew waits PARTIAL_WAIT from now. */
+static void partial_note(struct linebuf *lb)
+{
+	if (lb->len <= lb->shown)
+		return;
+	if (!lb->pending)
+		mux.npartial++;
+	lb->pending = true;
+	lb->since = now_mono();
 }
 
 int mux_read(struct job *job, int r, int s)
@@ -530,8 +591,10 @@ int mux_read(struct job *job, int r, int s)
 	}
 	if (s)
 		report_tail_add(rk, mux.rbuf, n);
-	if (job->o->show[r] && !job->o->file_only[s])
+	if (job->o->show[r] && !job->o->file_only[s]) {
 		split_lines(job, r, s, mux.rbuf, n);
+		partial_note(&rk->line[s]);
+	}
 	diag_output(job, r, s, mux.rbuf, n);
 	return 1;
 }
@@ -541,9 +604,50 @@ void mux_finish(struct job *job, int r, int s)
 	struct linebuf *lb = &job->ranks[r].line[s];
 
 	if (lb->len)
-		emit(job, &mux.dest[s], r, lb->buf, lb->len, true);
+		emit_rest(job, &mux.dest[s], r, lb, true);
 	free(lb->buf);
 	*lb = (struct linebuf){ 0 };
+}
+
+double mux_partial_deadline(struct job *job)
+{
+	double when = -1;
+
+	if (!mux.npartial)
+		return -1;
+	for (int r = 0; r < job->o->nranks; r++)
+		for (int s = 0; s < 2; s++) {
+			const struct linebuf *lb = &job->ranks[r].line[s];
+
+			if (lb->pending &&
+			    (when < 0 || lb->since + PARTIAL_WAIT < when))
+				when = lb->since + PARTIAL_WAIT;
+		}
+	return when;
+}
+
+void mux_show_partials(struct job *job)
+{
+	double t;
+
+	if (!mux.npartial)
+		return;
+	t = now_mono();
+	for (int r = 0; r < job->o->nranks; r++)
+		for (int s = 0; s < 2; s++) {
+			struct linebuf *lb = &job->ranks[r].line[s];
+			struct dest *d = &mux.dest[s];
+
+			if (!lb->pending || t < lb->since + PARTIAL_WAIT)
+				continue;
+			emit_as(job, d, r, lb->buf + lb->shown,
+				lb->len - lb->shown, false,
+				!(lb->shown && d->open_rank == r));
+			lb->shown = lb->len;
+			lb->pending = false;
+			d->open_rank = r;
+			mux.npartial--;
+		}
 }
 
 void mux_drain(struct job *job, double seconds)

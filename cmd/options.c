@@ -67,6 +67,7 @@ enum {
 	OPT_REDIRECTS,
 	OPT_TEE,
 	OPT_STDIN,
+	OPT_BUFFERED,
 };
 
 struct opt_def {
@@ -113,6 +114,9 @@ static const struct opt_def opt_table[] = {
 	  "also write DIR/rank.N.stdout, DIR/rank.N.stderr" },
 	{ OPT_STDIN, "stdin", "RANK|all|none",
 	  "who reads stdin: a rank (default 0), all or none" },
+	{ OPT_BUFFERED, "buffered", NULL,
+	  "leave the ranks' stdout buffered as on any pipe (default: "
+	  "line-buffered)" },
 	{ OPT_TIMESTAMPS, "timestamps", NULL,
 	  "prefix lines with the seconds since the start" },
 	{ OPT_COLOR, "color", "WHEN",
@@ -528,6 +532,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_TIMESTAMPS:
 			o->timestamps = true;
+			break;
+		case OPT_BUFFERED:
+			o->buffered = true;
 			break;
 		case OPT_COLOR:
 			if (!strcmp(optarg, "auto"))

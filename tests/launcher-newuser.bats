@@ -32,3 +32,106 @@ setup() {
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"--rdzv-backend etcd needs libcurl (libcurl.so.4"* ]]
 }
+
+# --- a C rank's output: line-buffered, as on a terminal -----------------
+
+# A plain C program (no libdistrun): a line, then a crash or a wait.
+make_tick() {
+	cat >tick.c <<-'C'
+	#include <stdio.h>
+	#include <stdlib.h>
+	#include <unistd.h>
+	int main(int argc, char **argv)
+	{
+		printf("rank %s start\n", getenv("RANK"));
+		printf("stdout is %sa terminal\n", isatty(1) ? "" : "not ");
+		if (argc > 1 && argv[1][0] == 'c')
+			abort();
+		for (int i = 0; i < 200 && access("go", F_OK); i++)
+			usleep(50000);
+		printf("rank %s end\n", getenv("RANK"));
+		return 0;
+	}
+	C
+	cc -o tick tick.c
+}
+
+@test "a C rank's lines survive its crash (stdout line-buffered, not a terminal)" {
+	make_tick
+	run "$DISTRUN" -n 4 ./tick crash
+	[ "$status" -eq 134 ]
+	for r in 0 1 2 3; do
+		grep -qx "\[$r\] rank $r start" <<<"$output"
+		grep -qx "\[$r\] stdout is not a terminal" <<<"$output"
+	done
+}
+
+@test "a C rank's line shows while it runs, not at its exit" {
+	make_tick
+	"$DISTRUN" -n 2 ./tick >out 2>&1 &
+	pid=$!
+	wait_until 10 grep -q "rank 1 start" out || { touch go; wait $pid; false; }
+	! grep -q "end" out
+	touch go
+	wait $pid
+	grep -qx "\[0\] rank 0 end" out
+}
+
+@test "--buffered leaves a rank's stdout buffered as on any pipe" {
+	make_tick
+	run "$DISTRUN" --buffered -n 2 ./tick crash
+	[ "$status" -eq 134 ]
+	[[ "$output" != *"rank 0 start"* ]]
+	# A pipe the rank makes itself keeps stdio's buffering too.
+	run "$DISTRUN" -n 1 sh -c './tick crash | cat'
+	[[ "$output" != *"rank 0 start"* ]]
+}
+
+# --- a prompt without a newline -----------------------------------------
+
+@test "a prompt without a newline shows after a quiet moment; the rest of its line follows it" {
+	cat >ask.py <<-'PY'
+	import os, time
+	print("x? ", end="", flush=True)
+	for _ in range(200):
+	    if os.path.exists("go"):
+	        break
+	    time.sleep(0.05)
+	print("yes", flush=True)
+	print("next line")
+	PY
+	"$DISTRUN" --python /usr/bin/python3 -n 1 ask.py >out 2>&1 &
+	pid=$!
+	wait_until 10 grep -q "x? " out || { touch go; wait $pid; false; }
+	touch go
+	wait $pid
+	run cat out
+	[ "${lines[0]}" = "[0] x? yes" ]
+	[ "${lines[1]}" = "[0] next line" ]
+	[ "${#lines[@]}" -eq 2 ]
+}
+
+@test "another rank's line ends a shown prompt's line: no torn lines" {
+	cat >ask2.py <<-'PY'
+	import os, time
+	if os.environ["RANK"] == "0":
+	    print("x? ", end="", flush=True)
+	    while not os.path.exists("go"):
+	        time.sleep(0.05)
+	    print("yes", flush=True)
+	else:
+	    while not os.path.exists("asked"):
+	        time.sleep(0.05)
+	    print("other", flush=True)
+	    open("go", "w").close()
+	PY
+	"$DISTRUN" --timeout 20s --python /usr/bin/python3 -n 2 ask2.py >out 2>&1 &
+	pid=$!
+	wait_until 10 grep -q "x? " out || { touch go asked; wait $pid; false; }
+	touch asked
+	wait $pid
+	run cat out
+	[ "${lines[0]}" = "[0] x? " ]
+	[ "${lines[1]}" = "[1] other" ]
+	[ "${lines[2]}" = "[0] yes" ]
+}
