@@ -95,8 +95,12 @@ struct opts {
 	bool buffered;             /* --buffered: no line-buffering shim */
 	const char *python;        /* --python, NULL: DISTRUN_PYTHON/python3 */
 	int max_restarts;          /* --max-restarts */
-	bool file_only[2];         /* --redirects: stdout, stderr not shown */
-	const char *redirect_opt;  /* "--redirects" or "--tee" if given */
+	/* torchrun's --log-dir, --redirects, --tee: per local rank, a mask
+	 * of 1 stdout, 2 stderr (NULL: 0 for all).  A stream goes to
+	 * LOGDIR/ID_X/attempt_K/R/std{out,err}.log if redirected or teed,
+	 * and to the console unless redirected and not teed. */
+	const char *log_dir;
+	uint8_t *redirects, *tee;
 	char **argv_alloc;         /* argv with the interpreter added, or NULL */
 	const char *python_from;   /* where the interpreter came from, or NULL */
 	int stdin_rank;            /* --stdin: a global rank, or STDIN_* */
@@ -176,6 +180,7 @@ struct job {
 	pid_t guard_pid;           /* 0: none */
 	int master_port;
 	char run_id[40];
+	char *torch_logs;          /* --log-dir's LOGDIR/ID_X, or NULL */
 	char *prog_path;           /* resolved program (malloc) */
 	char **env;                /* environment template (spawn.c) */
 	int devnull;               /* the ranks' stdin */
@@ -327,6 +332,11 @@ void mux_finish(struct job *job, int r, int s);
 double mux_partial_deadline(struct job *job);
 void mux_show_partials(struct job *job);
 void mux_release(struct job *job);
+/* torchrun's log files of the attempt job->restarts (--log-dir,
+ * --redirects, --tee), each rank's fds replaced.  Returns 0 or -1. */
+int mux_open_logs(struct job *job);
+/* Whether rank r's stream s is shown on the console (--redirects). */
+bool opts_console(const struct opts *o, int r, int s);
 
 /* job.c */
 int job_run(struct job *job);

@@ -182,6 +182,9 @@ static bool restart(struct job *job)
 	job->stopping = job->killed = job->leftovers = false;
 	job->kill_at = 0;
 	spawn_set_restart(job, job->restarts);
+	/* torchrun's log files: a new attempt_K directory. */
+	if (job->torch_logs && mux_open_logs(job))
+		return false;
 	return true;
 }
 

@@ -141,6 +141,75 @@ static int open_files(struct job *job)
 	return 0;
 }
 
+/* torchrun's layout (torch.distributed.elastic, 1.13): LOGDIR/ID_XXXXXXXX
+ * made once per job (ID: --rdzv-id, else the run id; LOGDIR: --log-dir,
+ * else a new $TMPDIR/torchelastic_XXXXXXXX), then attempt_K/ (K: the
+ * restart) with a directory per local rank, holding stdout.log and
+ * stderr.log for the streams redirected or teed. */
+int mux_open_logs(struct job *job)
+{
+	const struct opts *o = job->o;
+	const char *tmp = getenv("TMPDIR");
+	char path[PATH_MAX + 128];
+	bool any = false;
+
+	for (int r = 0; r < o->nranks; r++)
+		any |= (o->redirects && o->redirects[r]) ||
+		       (o->tee && o->tee[r]);
+	if (!o->log_dir && !any)
+		return 0;
+	if (!job->torch_logs) {
+		char base[PATH_MAX + 64];
+
+		if (o->log_dir) {
+			snprintf(base, sizeof(base), "%s", o->log_dir);
+		} else {
+			snprintf(path, sizeof(path), "%s/torchelastic_XXXXXXXX",
+				 tmp && *tmp ? tmp : "/tmp");
+			if (!mkdtemp(path))
+				goto fail_path;
+			snprintf(base, sizeof(base), "%.*s", PATH_MAX, path);
+		}
+		snprintf(path, sizeof(path), "%.*s/%s_XXXXXXXX", PATH_MAX, base,
+			 o->rdzv_id ? o->rdzv_id : job->run_id);
+		if (!mkdtemp(path) || !(job->torch_logs = strdup(path)))
+			goto fail_path;
+		if (!o->log_dir)
+			fprintf(stderr, "distrun: log files in %s\n", path);
+	}
+	snprintf(path, sizeof(path), "%s/attempt_%d", job->torch_logs,
+		 job->restarts);
+	if (mkdir(path, 0777) && errno != EEXIST)
+		goto fail_path;
+	for (int r = 0; r < o->nranks; r++) {
+		int mask = (o->redirects ? o->redirects[r] : 0) |
+			   (o->tee ? o->tee[r] : 0);
+
+		snprintf(path, sizeof(path), "%s/attempt_%d/%d",
+			 job->torch_logs, job->restarts, r);
+		if (mkdir(path, 0777) && errno != EEXIST)
+			goto fail_path;
+		for (int s = 0; s < 2; s++) {
+			if (job->ranks[r].file_fd[s] >= 0)
+				close(job->ranks[r].file_fd[s]);
+			job->ranks[r].file_fd[s] = -1;
+			if (!(mask & (1 << s)))
+				continue;
+			snprintf(path, sizeof(path), "%s/attempt_%d/%d/%s.log",
+				 job->torch_logs, job->restarts, r,
+				 s ? "stderr" : "stdout");
+			job->ranks[r].file_fd[s] = open(path, O_WRONLY |
+				O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+			if (job->ranks[r].file_fd[s] < 0)
+				goto fail_path;
+		}
+	}
+	return 0;
+fail_path:
+	fprintf(stderr, "distrun: --log-dir: %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
 /* How a destination is written without ever blocking the job loop. */
 static int dest_open(struct dest *d)
 {
@@ -204,6 +273,8 @@ int mux_init(struct job *job)
 	for (int r = 0; r < o->nranks; r++)
 		job->ranks[r].file_fd[0] = job->ranks[r].file_fd[1] = -1;
 	if (o->output_dir && open_files(job))
+		return -1;
+	if (mux_open_logs(job))
 		return -1;
 	return 0;
 fail:
@@ -591,7 +662,7 @@ int mux_read(struct job *job, int r, int s)
 	}
 	if (s)
 		report_tail_add(rk, mux.rbuf, n);
-	if (job->o->show[r] && !job->o->file_only[s]) {
+	if (job->o->show[r] && opts_console(job->o, r, s)) {
 		split_lines(job, r, s, mux.rbuf, n);
 		partial_note(&rk->line[s]);
 	}
@@ -683,5 +754,7 @@ void mux_release(struct job *job)
 				if (job->ranks[r].file_fd[s] >= 0)
 					close(job->ranks[r].file_fd[s]);
 			}
+	free(job->torch_logs);
+	job->torch_logs = NULL;
 	memset(&mux, 0, sizeof(mux));
 }
