@@ -338,6 +338,11 @@ int mux_open_logs(struct job *job);
 /* Whether rank r's stream s is shown on the console (--redirects). */
 bool opts_console(const struct opts *o, int r, int s);
 
+/* pyhint.c: after a job whose first failing Python rank died of
+ * ModuleNotFoundError/ImportError, names the interpreter and the others
+ * here that have the module. */
+void pyhint_rank_failed(struct job *job);
+
 /* job.c */
 int job_run(struct job *job);
 /* Starts stopping the job: sig to every rank's group, SIGKILL after the

@@ -254,6 +254,8 @@ int main(int argc, char **argv)
 	mux_flush(&job);
 	if (!o.quiet && (o.summary || rc))
 		report_summary(&job);
+	if (rc)
+		pyhint_rank_failed(&job);
 	if (o.report && report_json(&job) && !rc)
 		rc = 1;
 	if (o.trace && trace_write(&job) && !rc)

@@ -135,3 +135,23 @@ make_tick() {
 	[ "${lines[1]}" = "[1] other" ]
 	[ "${lines[2]}" = "[0] yes" ]
 }
+
+# --- the wrong Python -----------------------------------------------------
+
+@test "a rank dead of ModuleNotFoundError: the interpreter is named, with the other python3 that has the module" {
+	mkdir bad good mods
+	echo 'print("hintmod here")' >mods/hintmod.py
+	printf '#!/bin/sh\nexec /usr/bin/python3 "$@"\n' >bad/python3
+	printf '#!/bin/sh\nPYTHONPATH=%s/mods exec /usr/bin/python3 "$@"\n' "$PWD" >good/python3
+	chmod +x bad/python3 good/python3
+	echo 'import hintmod' >train.py
+	PATH=$PWD/bad:$PWD/good:/usr/bin:/bin run env -u DISTRUN_PYTHON "$DISTRUN" -q -n 2 train.py
+	[ "$status" -eq 1 ]
+	grep -q "^distrun: rank [01] died of ModuleNotFoundError (no module named 'hintmod') under $PWD/bad/python3 (python3 from PATH); choose another Python with --python PATH or DISTRUN_PYTHON=PATH$" <<<"$output"
+	grep -qx "distrun: $PWD/good/python3 has 'hintmod': --python $PWD/good/python3" <<<"$output"
+	[[ "$output" != *"/usr/bin/python3 has"* ]]
+	# The named one works.
+	PATH=$PWD/bad:$PWD/good:/usr/bin:/bin run "$DISTRUN" --python "$PWD/good/python3" -n 1 train.py
+	[ "$status" -eq 0 ]
+	[ "$output" = "[0] hintmod here" ]
+}
