@@ -442,7 +442,7 @@ int opts_parse(struct opts *o, int argc, char **argv)
 {
 	struct option longopts[N_OPTS + 1];
 	long v;
-	int c, li = 0;
+	int c, li = 0, at, verbosity = 0;
 	bool standalone = false;
 
 	memset(o, 0, sizeof(*o));
@@ -459,8 +459,35 @@ int opts_parse(struct opts *o, int argc, char **argv)
 	memset(&longopts[N_OPTS], 0, sizeof(longopts[N_OPTS]));
 
 	opterr = 0;
+	/* mpirun's and MPICH's -np N: the same as -n N (getopt would read
+	 * -n p).  Only before the program. */
+	for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--"))
+			break;
+		if (!strcmp(argv[i], "-np"))
+			argv[i] = "-n";
+	}
 	/* '+': stop at the program name; ':': report missing arguments. */
-	while ((c = getopt_long(argc, argv, "+:n:mvqhV", longopts, &li)) != -1) {
+	for (;;) {
+		at = optind;
+		li = -1;
+		c = getopt_long(argc, argv, "+:n:mvqhV", longopts, &li);
+		if (c == -1)
+			break;
+		/* No abbreviations: getopt_long takes any unambiguous prefix
+		 * (--nproc-per-nod), which a new option would make
+		 * ambiguous and break a script. */
+		if (li >= 0 && at < argc && !strncmp(argv[at], "--", 2) &&
+		    strncmp(argv[at] + 2, longopts[li].name,
+			    strlen(longopts[li].name) + 1) &&
+		    strcspn(argv[at] + 2, "=") != strlen(longopts[li].name)) {
+			fprintf(stderr, "distrun: unknown option '%.*s' (did "
+				"you mean --%s? options are not abbreviated)\n"
+				"Try 'distrun --help'.\n",
+				(int)strcspn(argv[at], "="), argv[at],
+				longopts[li].name);
+			return EXIT_USAGE;
+		}
 		switch (c) {
 		case OPT_NPROC:
 		case OPT_NPROC_US:
@@ -469,6 +496,12 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			o->sizes = NULL;
 			if (parse_sizes(optarg, &o->sizes, &o->nsizes)) {
 				o->sizes = NULL;
+				if (optarg[0] == 'p' && optarg == argv[optind - 1] + 2) {
+					usage_hint("invalid '-%s': for mpirun's "
+						   "-np N, give -n N or -np N "
+						   "(apart)", optarg - 1);
+					return EXIT_USAGE;
+				}
 				usage_hint(strpbrk(optarg, ",-") ?
 					   "invalid world sizes '%s' (expected "
 					   "a list like 1,2,4 or 1-8 of sizes "
@@ -659,10 +692,10 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			o->tap = *optarg ? optarg : NULL;
 			break;
 		case OPT_SUMMARY:
-			o->summary = true;
+			verbosity++;
 			break;
 		case OPT_QUIET:
-			o->quiet = true;
+			verbosity--;
 			break;
 		case OPT_MODULE:
 			o->module = true;
@@ -726,8 +759,17 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
+	/* -v and -q count against each other: above 0 the summary always,
+	 * 0 on failure (the default), below 0 never. */
+	o->summary = verbosity > 0;
+	o->quiet = verbosity < 0;
 	if (optind >= argc) {
 		usage_hint("%smissing the program to run", "");
+		return EXIT_USAGE;
+	}
+	if (o->module && o->no_python) {
+		usage_hint("%s-m/--module runs PROGRAM as a Python module; "
+			   "--no-python runs PROGRAM itself: give one", "");
 		return EXIT_USAGE;
 	}
 	if (standalone) {

@@ -155,3 +155,52 @@ make_tick() {
 	[ "$status" -eq 0 ]
 	[ "$output" = "[0] hintmod here" ]
 }
+
+# --- command-line nits ------------------------------------------------------
+
+@test "-np N is mpirun's -n N; -npN says how to write it" {
+	run "$DISTRUN" -np 2 echo hi
+	[ "$status" -eq 0 ]
+	[ "$(sort <<<"$output")" = $'[0] hi\n[1] hi' ]
+	run "$DISTRUN" -np4 true
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: invalid '-np4': for mpirun's -np N, give -n N or -np N (apart)" ]
+	# The program's own -np is its own.
+	run "$DISTRUN" -n 1 echo -np 3
+	[ "$output" = "[0] -np 3" ]
+}
+
+@test "-v and -q count against each other: -q -v and -v -q print the summary on failure only" {
+	for flags in "-q -v" "-v -q"; do
+		run "$DISTRUN" $flags false
+		[ "$status" -eq 1 ]
+		[[ "$output" == *"first failure"* ]]
+		run "$DISTRUN" $flags true
+		[ -z "$output" ]
+	done
+	run "$DISTRUN" -v -v -q true
+	[[ "$output" == *"exit status 0"* ]]
+	run "$DISTRUN" -q false
+	[[ "$output" != *"first failure"* ]]
+}
+
+@test "--no-python with -m is refused; abbreviated long options are refused, naming the option" {
+	run "$DISTRUN" --no-python -m foo
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: -m/--module runs PROGRAM as a Python module; --no-python runs PROGRAM itself: give one" ]
+	run "$DISTRUN" --nproc-per-nod 4 true
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: unknown option '--nproc-per-nod' (did you mean --nproc-per-node? options are not abbreviated)" ]
+	run "$DISTRUN" --timeo=5s true
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: unknown option '--timeo' (did you mean --timeout? options are not abbreviated)" ]
+	run "$DISTRUN" --nproc_per_node=2 --timeout=5s true
+	[ "$status" -eq 0 ]
+}
+
+@test "the man page's ENVIRONMENT says the ranks' stdin is what --stdin says" {
+	env=$(MANWIDTH=200 man -l "$SRCDIR/man/distrun.1" 2>/dev/null | sed -n '/^ENVIRONMENT/,/^OUTPUT/p')
+	[ -n "$env" ]
+	[[ "$env" != *"standard input is /dev/null."* ]]
+	[[ "$env" == *"rank 0 reads distrun's standard input"* ]]
+}
