@@ -273,14 +273,21 @@ static void check_timers(struct job *job)
 		job->timed_out = true;
 		for (int r = 0; running && r < job->o->nranks; r++)
 			running[r] = job->ranks[r].state == RANK_RUNNING;
-		fprintf(stderr, "distrun: timeout after %gs; ranks still "
-			"running: %s\n", job->o->timeout,
-			running ? rank_list_str(running, job->o->nranks, list,
-						sizeof(list)) : "?");
-		free(running);
 		snprintf(list, sizeof(list), "timeout after %gs",
 			 job->o->timeout);
 		diag_report(job, list);
+		/* The verdict in one line, after the diagnosis: the odd rank,
+		 * the call and its seq when the diagnosis found them. */
+		if (diag_verdict_line(job))
+			fprintf(stderr, "distrun: timeout after %gs: %s\n",
+				job->o->timeout, diag_verdict_line(job));
+		else
+			fprintf(stderr, "distrun: timeout after %gs; ranks "
+				"still running: %s\n", job->o->timeout,
+				running ? rank_list_str(running,
+					job->o->nranks, list, sizeof(list)) :
+				"?");
+		free(running);
 		job_stop(job, SIGTERM);
 	}
 	if (job->stopping && !job->killed && t >= job->kill_at) {

@@ -394,6 +394,9 @@ void diag_summary(struct job *job);
  * (malloc'ed, NULL if none). */
 char *diag_json(struct job *job);
 void diag_release(struct job *job);
+/* The diagnosis's verdict in one line ("rank 1 never entered world seq 1
+ * barrier (ranks 0,2-3 waiting)"), or NULL. */
+const char *diag_verdict_line(const struct job *job);
 /* trace.c: writes --trace FILE from the flight records and output. */
 int trace_write(struct job *job);
 

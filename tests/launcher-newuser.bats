@@ -204,3 +204,69 @@ make_tick() {
 	[[ "$env" != *"standard input is /dev/null."* ]]
 	[[ "$env" == *"rank 0 reads distrun's standard input"* ]]
 }
+
+# --- verdicts that name the odd rank ---------------------------------------
+
+@test "a hang's verdict line, JUnit message and TAP line name the odd rank, the call and its seq" {
+	[ -f "$SRCDIR/cmd/segment.c" ] || skip "needs the per-job segment"
+	run "$DISTRUN" -n 4 --stall-timeout 2s --junit j.xml --tap t.tap "$CTESTS/diag_hang" skip
+	[ "$status" -eq 124 ]
+	verdict='rank 1 never entered world seq 1 barrier (ranks 0,2-3 waiting)'
+	grep -qx "distrun: no progress for [0-9.]*s: $verdict" <<<"$output"
+	grep -q "message=\"no progress after [0-9.]*s: $verdict\"" j.xml
+	grep -qx "not ok 1 - diag_hang: diag_hang\[n=4\] - no progress after [0-9.]*s: $verdict" t.tap
+	run "$DISTRUN" -n 4 --timeout 3s "$CTESTS/diag_hang" skip
+	[ "$status" -eq 124 ]
+	grep -qx "distrun: timeout after 3s: $verdict" <<<"$output"
+}
+
+@test "a sweep's console output has a header per size" {
+	run "$DISTRUN" -n 1,2 sh -c 'echo "hi $WORLD_SIZE"'
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "distrun: world size 1 (1 of 2)" ]
+	[ "${lines[1]}" = "[0] hi 1" ]
+	[ "${lines[2]}" = "distrun: world size 2 (2 of 2)" ]
+}
+
+@test "silence before the ranks' first call (importing, loading) is not a stall" {
+	run "$DISTRUN" -n 2 --stall-timeout 1s sh -c "sleep 2.5; exec '$EXAMPLES/01_barrier'"
+	[ "$status" -eq 0 ]
+	[[ "$output" != *"no progress"* ]]
+}
+
+# --- test lists agree with the command line --------------------------------
+
+@test "a test list runs a non-executable ./x.py as the command line does" {
+	echo 'print("py ok")' >x.py
+	chmod -x x.py
+	printf 'n=1 ./x.py\n' >l.list
+	DISTRUN_PYTHON=/usr/bin/python3 run "$DISTRUN" test l.list
+	[ "$status" -eq 0 ]
+	grep -q '^PASS      1 .*x.py\[n=1\]' <<<"$output"
+	# --no-python in the line: then it must be executable.
+	printf 'n=1 opt=--no-python ./x.py\n' >l2.list
+	run "$DISTRUN" test l2.list
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: l2.list:1: program './x.py' is not executable" ]
+}
+
+@test "duplicate test names in a list are an error naming both lines" {
+	printf 'name=a n=1 true\n# c\nname=a n=1 false\nn=1,2 true\nn=2,4 true\n' >l.list
+	run "$DISTRUN" test l.list
+	[ "$status" -eq 2 ]
+	grep -qx "distrun: l.list:3: duplicate test 'a\[n=1\]' (also line 1; give one a name=)" <<<"$output"
+	grep -qx "distrun: l.list:5: duplicate test 'true\[n=2\]' (also line 4; give one a name=)" <<<"$output"
+	# One name at different sizes is fine: the cases differ.
+	printf 'n=1 true\nn=2 true\n' >ok.list
+	run "$DISTRUN" test ok.list
+	[ "$status" -eq 0 ]
+}
+
+@test "a skip reads as a skip, not an error" {
+	printf 'skip="needs a GPU" n=1 true\nname=other n=1 true\n' >l.list
+	run "$DISTRUN" test --tap t.tap l.list
+	[ "$status" -eq 0 ]
+	grep -q '^SKIP      1 .*true\[n=1\]  skip: needs a GPU$' <<<"$output"
+	[[ "$output" != *"error: needs a GPU"* ]]
+	grep -qx 'ok 1 - l: true\[n=1\] # SKIP needs a GPU' t.tap
+}
