@@ -1455,7 +1455,9 @@ static void rep_stacks(struct rep *p)
 	if (ngroups == 2 && big == 1 && odd >= 0) {
 		sb_printf(&p->t, "  rank %d is the odd one out\n",
 			  p->job->rank_offset + odd);
-		if (!p->vline[0])
+		/* The verdict only if it still runs (not a rank that
+		 * exited and so has no stack). */
+		if (!p->vline[0] && p->s[odd].alive)
 			snprintf(p->vline, sizeof(p->vline), "rank %d is the "
 				 "odd one out (its stack differs)",
 				 p->job->rank_offset + odd);

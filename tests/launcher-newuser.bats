@@ -45,8 +45,24 @@ make_tick() {
 	{
 		printf("rank %s start\n", getenv("RANK"));
 		printf("stdout is %sa terminal\n", isatty(1) ? "" : "not ");
-		if (argc > 1 && argv[1][0] == 'c')
+		if (argc > 1 && argv[1][0] == 'c') {
+			/* Every rank has printed (a file each) before any
+			 * crashes: the first crash stops the others. */
+			char f[32];
+			snprintf(f, sizeof(f), "ready.%s", getenv("RANK"));
+			fclose(fopen(f, "w"));
+			for (int i = 0; i < 200; i++) {
+				int n = 0;
+				for (int r = 0; r < atoi(getenv("WORLD_SIZE")); r++) {
+					snprintf(f, sizeof(f), "ready.%d", r);
+					n += !access(f, F_OK);
+				}
+				if (n == atoi(getenv("WORLD_SIZE")))
+					break;
+				usleep(50000);
+			}
 			abort();
+		}
 		for (int i = 0; i < 200 && access("go", F_OK); i++)
 			usleep(50000);
 		printf("rank %s end\n", getenv("RANK"));
