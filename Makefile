@@ -83,6 +83,8 @@ CTESTS   := $(CTEST_SRC:tests/c/%.c=$(B)/tests/%)
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%)
 BENCHES  := $(BENCH_SRC:scripts/%.c=$(B)/bench/%)
 FAKE_CUDA := $(B)/fake/libcuda.so
+# Preloaded into the ranks: their stdout line-buffered (cmd/shim/linebuf.c).
+LINEBUF_SO := $(B)/lib/distrun/libdistrun-linebuf.so
 CLOCKSHIFT := $(B)/fake/clockshift.so $(B)/fake/faildup2.so
 FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/%.c=%)
 # Every harness also links with replay.c into a plain program that feeds it
@@ -95,7 +97,7 @@ CMD_LIB  := $(filter-out $(B)/obj/cmd/main.o,$(CMD_OBJ))
 .PHONY: all test test-unit test-bats test-gpu bench install clean fuzz \
 	fuzz-build
 all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) \
-     $(BENCHES) $(FAKE_CUDA) $(CLOCKSHIFT) $(REPLAYS)
+     $(BENCHES) $(FAKE_CUDA) $(CLOCKSHIFT) $(REPLAYS) $(LINEBUF_SO)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -109,8 +111,10 @@ $(B)/pic/%.o: %.c
 
 # The launcher takes what it shares with the runtime (the job's keys and
 # handshake, errors, the names of calls, dtypes and ops for diag.c) from
-# the archive: the linker pulls only those objects.
-LIBS_CMD = -ljansson -lcurl
+# the archive: the linker pulls only those objects.  libcurl is not
+# linked: cmd/etcd.c loads it (dlopen) for --rdzv-backend etcd alone, so
+# that its thirty libraries do not slow every start.
+LIBS_CMD = -ljansson
 $(DISTRUN): $(CMD_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK    $@")
@@ -190,6 +194,13 @@ $(FAKE_CUDA): testdata/fake_libcuda.c
 	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -O1 -g -shared \
 		-fPIC -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
 	$(Q)ln -sf libcuda.so $(dir $@)libcuda.so.1
+# The ranks' line-buffering shim: never sanitized (it is loaded into any
+# program, before an ASan runtime would be).
+$(LINEBUF_SO): cmd/shim/linebuf.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -O2 -shared \
+		-fPIC -o $@ $<
 # Faults for the tests: the wall clock set forward, a failing dup2.
 $(B)/fake/%.so: testdata/%.c
 	@mkdir -p $(dir $@)
@@ -274,7 +285,7 @@ SYSTEM_PREFIXES := /usr /usr/local
 IS_SYSTEM_PREFIX = $(filter $(patsubst %/,%,$(PREFIX)),$(SYSTEM_PREFIXES))
 comma := ,
 PC_RPATH = $(if $(IS_SYSTEM_PREFIX),,-Wl$(comma)-rpath$(comma)$${libdir} )
-install: $(DISTRUN) $(LIB_A) $(LIB_SO)
+install: $(DISTRUN) $(LIB_A) $(LIB_SO) $(LINEBUF_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
 		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3
@@ -288,7 +299,8 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO)
 		-e 's|@RPATH@|$(PC_RPATH)|g' \
 		runtime/distrun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/distrun.pc
 	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
-	install -d $(DESTDIR)$(PREFIX)/share/distrun/python
+	install -d $(DESTDIR)$(PREFIX)/share/distrun/python $(DESTDIR)$(PREFIX)/lib/distrun
+	install -m 755 $(LINEBUF_SO) $(DESTDIR)$(PREFIX)/lib/distrun/libdistrun-linebuf.so
 	install -m 644 cmd/sitecustomize.py $(DESTDIR)$(PREFIX)/share/distrun/python/sitecustomize.py
 	install -m 644 cmd/preload.py $(DESTDIR)$(PREFIX)/share/distrun/python/preload.py
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions

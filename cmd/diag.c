@@ -343,6 +343,11 @@ int diag_env(struct job *job, char **env, size_t *k)
 	return 0;
 }
 
+const char *diag_verdict_line(const struct job *job)
+{
+	return job->diag && job->diag->vline[0] ? job->diag->vline : NULL;
+}
+
 void diag_release(struct job *job)
 {
 	struct diag *d = job->diag;
@@ -404,10 +409,15 @@ bool diag_tick(struct job *job)
 		if (fp != d->rk[r].fp) {
 			d->rk[r].fp = fp;
 			d->last_activity = t;
+			d->clock_started = true;
 		}
 		if (opts_timeline(job->o))
 			diag_harvest(job, r);
 	}
+	/* Until a rank's first call or line (Python importing torch, a
+	 * program reading its data), the job is starting, not stalled. */
+	if (!d->clock_started)
+		d->last_activity = t;
 	if (job->o->stall_timeout > 0 &&
 	    t - d->last_activity >= job->o->stall_timeout) {
 		char why[96];
@@ -417,6 +427,8 @@ bool diag_tick(struct job *job)
 		job->stalled = true;
 		job->timed_out = true;
 		diag_report(job, why);
+		if (d->vline[0])
+			fprintf(stderr, "distrun: %s: %s\n", why, d->vline);
 		return true;
 	}
 	return false;
@@ -432,6 +444,7 @@ void diag_output(struct job *job, int r, int s, const char *p, size_t n)
 		return;
 	t = now_mono();
 	d->last_activity = t;
+	d->clock_started = true;
 	if (!opts_timeline(job->o))
 		return;
 	dr = &d->rk[r];
@@ -1224,7 +1237,22 @@ struct rep {
 	double cpu_dt;           /* s between the two /proc readings */
 	struct sb t, j;
 	const char *verdict;
+	char vcall[300];         /* the first call ranks wait in, one line */
+	char vline[400];         /* the verdict in one line (the first) */
 };
+
+/* The verdict line from what p->t holds from off: its first line, without
+ * the indent (when no verdict line is set yet). */
+static void vline_from(struct rep *p, size_t off)
+{
+	const char *l;
+
+	if (p->vline[0] || !p->t.s || off >= p->t.len)
+		return;
+	l = p->t.s + off + strspn(p->t.s + off, " ");
+	snprintf(p->vline, sizeof(p->vline), "%.*s", (int)strcspn(l, "\n"),
+		 l);
+}
 
 /* Snapshots of every rank, CPU over 0.1 s, then the stacks. */
 static void rep_gather(struct rep *p)
@@ -1270,6 +1298,7 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 	char gname[32], list[256];
 	uint8_t *done;
 
+	p->vcall[0] = 0;   /* this group's */
 	for (int r = 0; r < n; r++)
 		if (s[r].slot[g].state == DRI_CTL_IN_CALL &&
 		    (!any || s[r].slot[g].call.seq > seq)) {
@@ -1298,6 +1327,13 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 			}
 		kinds++;
 		diag_call_str(c, call, sizeof(call));
+		if (!p->vcall[0])
+			snprintf(p->vcall, sizeof(p->vcall), "%s seq %llu %s "
+				 "(%s waiting)", gname,
+				 (unsigned long long)seq, call,
+				 rank_flags_str(p->flags, n,
+						p->job->rank_offset, list,
+						sizeof(list)));
 		sb_printf(&p->t, "  %s seq %llu %s: %s waiting %.1fs\n", gname,
 			  (unsigned long long)seq, call,
 			  rank_flags_str(p->flags, n, p->job->rank_offset, list,
@@ -1312,10 +1348,13 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 		*first_call = false;
 	}
 	if (kinds > 1) {
+		size_t off = p->t.len;
+
 		p->verdict = "mismatch";
 		sb_printf(&p->t, "  mismatch: the ranks above made different "
 			  "calls as %s seq %llu\n", gname,
 			  (unsigned long long)seq);
+		vline_from(p, off);
 	}
 	for (int r = 0; r < n; r++) {
 		const dri_ctl_slot *sl = &s[r].slot[g];
@@ -1338,6 +1377,10 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 			  p->job->rank_offset + r, where);
 		if (s[r].st.summary && *s[r].st.summary)
 			sb_printf(&p->t, "    %s\n", s[r].st.summary);
+		if (!p->vline[0])
+			snprintf(p->vline, sizeof(p->vline), "rank %d never "
+				 "entered %s", p->job->rank_offset + r,
+				 p->vcall);
 		if (!strcmp(p->verdict, "unknown"))
 			p->verdict = "missing_rank";
 	}
@@ -1362,6 +1405,8 @@ static void rep_p2p(struct rep *p)
 	}
 	clen = cyc ? p2p_cycle(p->s, p->n, cyc) : 0;
 	if (clen > 0) {
+		size_t off = p->t.len;
+
 		p->verdict = "p2p_deadlock";
 		sb_printf(&p->t, "  p2p deadlock: ");
 		for (int i = 0; i < clen; i++) {
@@ -1374,6 +1419,7 @@ static void rep_p2p(struct rep *p)
 				  c->peer);
 		}
 		sb_printf(&p->t, " (a cycle)\n");
+		vline_from(p, off);
 	}
 	free(cyc);
 }
@@ -1416,9 +1462,16 @@ static void rep_stacks(struct rep *p)
 					 list, sizeof(list)),
 			  key == p->s[r].st.err ? "no stack: " : "", key);
 	}
-	if (ngroups == 2 && big == 1 && odd >= 0)
+	if (ngroups == 2 && big == 1 && odd >= 0) {
 		sb_printf(&p->t, "  rank %d is the odd one out\n",
 			  p->job->rank_offset + odd);
+		/* The verdict only if it still runs (not a rank that
+		 * exited and so has no stack). */
+		if (!p->vline[0] && p->s[odd].alive)
+			snprintf(p->vline, sizeof(p->vline), "rank %d is the "
+				 "odd one out (its stack differs)",
+				 p->job->rank_offset + odd);
+	}
 	free(grouped);
 }
 
@@ -1545,7 +1598,10 @@ void diag_report(struct job *job, const char *why)
 	sb_printf(&p.j, "]");
 	if (!strcmp(p.verdict, "unknown") && !p.nctl)
 		p.verdict = "no_control_block";
-	sb_printf(&p.j, ",\"verdict\":\"%s\",\"text\":", p.verdict);
+	sb_printf(&p.j, ",\"verdict\":\"%s\",\"verdict_line\":", p.verdict);
+	snprintf(d->vline, sizeof(d->vline), "%s", p.vline);
+	sb_json_str(&p.j, p.vline[0] ? p.vline : NULL);
+	sb_printf(&p.j, ",\"text\":");
 	d->text = sb_take(&p.t);
 	sb_json_str(&p.j, d->text);
 	sb_printf(&p.j, "}");

@@ -59,6 +59,8 @@ struct diag {
 	uint64_t lines_dropped;
 	char *text;              /* the report, once made */
 	char *json;              /* its structured form (a JSON object) */
+	char vline[400];         /* the verdict in one line, or "" */
+	bool clock_started;      /* a rank called or printed: stalls count */
 	int nenv;
 	char *env[5];
 };

@@ -7,12 +7,20 @@
  * own time limit; replies larger than ETCD_REPLY_MAX are refused.  A
  * watch is a stream of JSON results: we read it until the first result
  * that holds events, or until the time limit, then drop the connection.
+ *
+ * libcurl is loaded with dlopen() when the first etcd handle is opened,
+ * not linked: it brings some thirty libraries (gnutls, krb5, ldap...) whose
+ * loading cost every start of distrun 10 ms, for a feature only
+ * --rdzv-backend etcd uses.  <curl/curl.h> gives the types and constants;
+ * the functions come from the table `lc`.
  */
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +28,66 @@
 #include "etcd.h"
 
 #define CALL_MS 5000
+
+/* libcurl's functions, filled by curl_load(). */
+static struct {
+	void *dl;
+	CURLcode (*global_init)(long);
+	CURL *(*easy_init)(void);
+	CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+	CURLcode (*easy_perform)(CURL *);
+	CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+	const char *(*easy_strerror)(CURLcode);
+	void (*easy_cleanup)(CURL *);
+	struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+	void (*slist_free_all)(struct curl_slist *);
+} lc;
+
+/* Loads libcurl.so.4 once (it stays loaded: curl_global_cleanup is never
+ * called, as before).  Returns 0, or -1 with the reason in err. */
+static int curl_load(char *err, size_t errsz)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} syms[] = {
+#define SYM(f, n) { n, offsetof(__typeof__(lc), f) }
+		SYM(global_init, "curl_global_init"),
+		SYM(easy_init, "curl_easy_init"),
+		SYM(easy_setopt, "curl_easy_setopt"),
+		SYM(easy_perform, "curl_easy_perform"),
+		SYM(easy_getinfo, "curl_easy_getinfo"),
+		SYM(easy_strerror, "curl_easy_strerror"),
+		SYM(easy_cleanup, "curl_easy_cleanup"),
+		SYM(slist_append, "curl_slist_append"),
+		SYM(slist_free_all, "curl_slist_free_all"),
+#undef SYM
+	};
+	void *dl;
+
+	if (lc.dl)
+		return 0;
+	dl = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		snprintf(err, errsz, "--rdzv-backend etcd needs libcurl "
+			 "(libcurl.so.4; Debian: apt-get install libcurl4): "
+			 "%s", dlerror());
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *f = dlsym(dl, syms[i].name);
+
+		if (!f) {
+			snprintf(err, errsz, "libcurl.so.4 has no %s: too "
+				 "old a libcurl", syms[i].name);
+			dlclose(dl);
+			return -1;
+		}
+		memcpy((char *)&lc + syms[i].off, &f, sizeof(f));
+	}
+	lc.dl = dl;
+	return 0;
+}
 
 struct etcd {
 	CURL *curl;
@@ -218,8 +286,8 @@ static int etcd_login(struct etcd *e, const char *user)
 	}
 	snprintf(hdr, sizeof(hdr), "Authorization: %s", tok);
 	json_decref(j);
-	e->hdrs = curl_slist_append(e->hdrs, hdr);
-	curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, e->hdrs);
+	e->hdrs = lc.slist_append(e->hdrs, hdr);
+	lc.easy_setopt(e->curl, CURLOPT_HTTPHEADER, e->hdrs);
 	return 0;
 }
 
@@ -248,9 +316,11 @@ int etcd_open(struct etcd **out, const char *endpoint, char *err,
 			 endpoint);
 		return -1;
 	}
+	if (curl_load(err, errsz))
+		return -1;
 	e = calloc(1, sizeof(*e));
-	if (!e || curl_global_init(CURL_GLOBAL_DEFAULT) ||
-	    !(e->curl = curl_easy_init())) {
+	if (!e || lc.global_init(CURL_GLOBAL_DEFAULT) ||
+	    !(e->curl = lc.easy_init())) {
 		snprintf(err, errsz, "cannot start libcurl");
 		free(e);
 		return -1;
@@ -259,17 +329,17 @@ int etcd_open(struct etcd **out, const char *endpoint, char *err,
 	e->port = atoi(colon + 1);
 	snprintf(e->base, sizeof(e->base), "%s://%s", scheme, hp);
 	e->call_ms = CALL_MS;
-	e->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-	curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, e->hdrs);
-	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(e->curl, CURLOPT_NOPROXY, "*");
+	e->hdrs = lc.slist_append(NULL, "Content-Type: application/json");
+	lc.easy_setopt(e->curl, CURLOPT_HTTPHEADER, e->hdrs);
+	lc.easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+	lc.easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	lc.easy_setopt(e->curl, CURLOPT_NOPROXY, "*");
 	if ((v = getenv("DISTRUN_ETCD_CACERT")))
-		curl_easy_setopt(e->curl, CURLOPT_CAINFO, v);
+		lc.easy_setopt(e->curl, CURLOPT_CAINFO, v);
 	if ((v = getenv("DISTRUN_ETCD_CERT")))
-		curl_easy_setopt(e->curl, CURLOPT_SSLCERT, v);
+		lc.easy_setopt(e->curl, CURLOPT_SSLCERT, v);
 	if ((v = getenv("DISTRUN_ETCD_KEY")))
-		curl_easy_setopt(e->curl, CURLOPT_SSLKEY, v);
+		lc.easy_setopt(e->curl, CURLOPT_SSLKEY, v);
 	*out = e;
 	if ((v = getenv("DISTRUN_ETCD_USER")) && etcd_login(e, v)) {
 		snprintf(err, errsz, "%s", e->err);
@@ -283,15 +353,15 @@ int etcd_open(struct etcd **out, const char *endpoint, char *err,
 void etcd_set_oneshot(struct etcd *e, int call_ms)
 {
 	e->call_ms = call_ms > 0 && call_ms < CALL_MS ? call_ms : CALL_MS;
-	curl_easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 1L);
+	lc.easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 1L);
 }
 
 void etcd_close(struct etcd *e)
 {
 	if (!e)
 		return;
-	curl_easy_cleanup(e->curl);
-	curl_slist_free_all(e->hdrs);
+	lc.easy_cleanup(e->curl);
+	lc.slist_free_all(e->hdrs);
 	free(e);
 }
 
@@ -311,18 +381,18 @@ static json_t *call(struct etcd *e, const char *path, json_t *body,
 		return NULL;
 	}
 	snprintf(url, sizeof(url), "%s%s", e->base, path);
-	curl_easy_setopt(e->curl, CURLOPT_URL, url);
-	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, s);
-	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-	curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
+	lc.easy_setopt(e->curl, CURLOPT_URL, url);
+	lc.easy_setopt(e->curl, CURLOPT_POSTFIELDS, s);
+	lc.easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
+	lc.easy_setopt(e->curl, CURLOPT_WRITEDATA, r);
+	lc.easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	lc.easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(timeout_ms < CALL_MS ? timeout_ms : CALL_MS));
 	if (fake) {
 		rc = fake_perform(path, s, &code, r);
 	} else {
-		rc = curl_easy_perform(e->curl);
-		curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &code);
+		rc = lc.easy_perform(e->curl);
+		lc.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &code);
 	}
 	free(s);
 	/* A watch ends with events, at its time limit, or when the server
@@ -332,7 +402,7 @@ static json_t *call(struct etcd *e, const char *path, json_t *body,
 			 rc == CURLE_OK))
 		return json_object();
 	if (rc != CURLE_OK) {
-		seterr(e, "etcd at %s: %s", e->base, curl_easy_strerror(rc));
+		seterr(e, "etcd at %s: %s", e->base, lc.easy_strerror(rc));
 		return NULL;
 	}
 	j = r->buf ? json_loads(r->buf, 0, NULL) : NULL;
@@ -571,6 +641,6 @@ int etcd_watch(struct etcd *e, const char *key, int64_t after_rev,
 	free(r.buf);
 	json_decref(j);
 	/* The handle's connection was cut mid-stream: start afresh. */
-	curl_easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 0L);
+	lc.easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 0L);
 	return j ? changed : -1;
 }

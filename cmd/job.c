@@ -286,14 +286,21 @@ static void check_timers(struct job *job)
 		job->timed_out = true;
 		for (int r = 0; running && r < job->o->nranks; r++)
 			running[r] = job->ranks[r].state == RANK_RUNNING;
-		fprintf(stderr, "distrun: timeout after %gs; ranks still "
-			"running: %s\n", job->o->timeout,
-			running ? rank_list_str(running, job->o->nranks, list,
-						sizeof(list)) : "?");
-		free(running);
 		snprintf(list, sizeof(list), "timeout after %gs",
 			 job->o->timeout);
 		diag_report(job, list);
+		/* The verdict in one line, after the diagnosis: the odd rank,
+		 * the call and its seq when the diagnosis found them. */
+		if (diag_verdict_line(job))
+			fprintf(stderr, "distrun: timeout after %gs: %s\n",
+				job->o->timeout, diag_verdict_line(job));
+		else
+			fprintf(stderr, "distrun: timeout after %gs; ranks "
+				"still running: %s\n", job->o->timeout,
+				running ? rank_list_str(running,
+					job->o->nranks, list, sizeof(list)) :
+				"?");
+		free(running);
 		job_stop(job, SIGTERM);
 	}
 	if (job->stopping && !job->killed && t >= job->kill_at) {
@@ -414,6 +421,9 @@ static int poll_timeout(struct job *job)
 				     * and check_output */
 	if (diag_deadline(job) >= 0 && (until < 0 || diag_deadline(job) < until))
 		until = diag_deadline(job);
+	if (mux_partial_deadline(job) >= 0 &&
+	    (until < 0 || mux_partial_deadline(job) < until))
+		until = mux_partial_deadline(job);
 	if (until < 0)
 		return -1;
 	if (until <= t)
@@ -515,6 +525,7 @@ int job_run(struct job *job)
 			if (mux_read(job, r, s) <= 0)
 				close_stream(job, r, s);
 		}
+		mux_show_partials(job);
 		mux_flush(job);
 		if (rc > 0 && pfd[0].revents)
 			handle_signals(job);

@@ -347,6 +347,13 @@ int tap_write(const char *path, struct ci_case *cases, int ncases)
 		} else if (c->verdict == CI_XFAIL) {
 			fputs(" # TODO xfail: ", f);
 			tap_desc(f, c->test->xfail);
+		} else if (!ok && c->type && c->message &&
+			   (!strcmp(c->type, "hang") ||
+			    !strcmp(c->type, "timeout"))) {
+			/* A hang's verdict on its line: the odd rank, the
+			 * call, its seq (testrun.c's message). */
+			fputs(" - ", f);
+			tap_desc(f, c->message);
 		}
 		fputc('\n', f);
 		if (c->verdict == CI_SKIP)

@@ -97,10 +97,15 @@ struct opts {
 	const char *html;          /* --html FILE, NULL: none (html.c) */
 	bool module;               /* -m: argv[0] is a Python module */
 	bool no_python;            /* --no-python: never add an interpreter */
+	bool buffered;             /* --buffered: no line-buffering shim */
 	const char *python;        /* --python, NULL: DISTRUN_PYTHON/python3 */
 	int max_restarts;          /* --max-restarts */
-	bool file_only[2];         /* --redirects: stdout, stderr not shown */
-	const char *redirect_opt;  /* "--redirects" or "--tee" if given */
+	/* torchrun's --log-dir, --redirects, --tee: per local rank, a mask
+	 * of 1 stdout, 2 stderr (NULL: 0 for all).  A stream goes to
+	 * LOGDIR/ID_X/attempt_K/R/std{out,err}.log if redirected or teed,
+	 * and to the console unless redirected and not teed. */
+	const char *log_dir;
+	uint8_t *redirects, *tee;
 	char **argv_alloc;         /* argv with the interpreter added, or NULL */
 	const char *python_from;   /* where the interpreter came from, or NULL */
 	int stdin_rank;            /* --stdin: a global rank, or STDIN_* */
@@ -147,6 +152,9 @@ enum { SPAWN_STEP_EXEC, SPAWN_STEP_FDS };
 struct linebuf {
 	char *buf;
 	size_t len, cap;
+	size_t shown;              /* bytes of buf already on the console */
+	double since;              /* when the partial line last grew */
+	bool pending;              /* len > shown: counted in mux.c */
 };
 
 struct rank {
@@ -184,6 +192,7 @@ struct job {
 	pid_t guard_pid;           /* 0: none */
 	int master_port;
 	char run_id[40];
+	char *torch_logs;          /* --log-dir's LOGDIR/ID_X, or NULL */
 	char *prog_path;           /* resolved program (malloc) */
 	char **env;                /* environment template (spawn.c) */
 	int devnull;               /* the ranks' stdin */
@@ -195,6 +204,7 @@ struct job {
 	/* The per-job segment (segment.c; layout in runtime/seg.h): mapped
 	 * for the whole job, NULL if it could not be made. */
 	int seg_fd;                /* -1: none */
+	bool linebuf;              /* ranks get the line-buffering shim */
 	void *seg;                 /* a dri_seg_hdr */
 	size_t seg_size;
 
@@ -332,7 +342,23 @@ void mux_give_up(struct job *job);
 void mux_drain(struct job *job, double seconds);
 /* At EOF of a stream: emits its partial last line with a newline. */
 void mux_finish(struct job *job, int r, int s);
+/* When a partial line (a prompt) that has not grown for PARTIAL_WAIT
+ * seconds is due to be shown, or -1; mux_show_partials shows those due,
+ * without a newline: the rest of the line follows it when it comes. */
+#define PARTIAL_WAIT 0.2
+double mux_partial_deadline(struct job *job);
+void mux_show_partials(struct job *job);
 void mux_release(struct job *job);
+/* torchrun's log files of the attempt job->restarts (--log-dir,
+ * --redirects, --tee), each rank's fds replaced.  Returns 0 or -1. */
+int mux_open_logs(struct job *job);
+/* Whether rank r's stream s is shown on the console (--redirects). */
+bool opts_console(const struct opts *o, int r, int s);
+
+/* pyhint.c: after a job whose first failing Python rank died of
+ * ModuleNotFoundError/ImportError, names the interpreter and the others
+ * here that have the module. */
+void pyhint_rank_failed(struct job *job);
 
 /* job.c */
 int job_run(struct job *job);
@@ -385,6 +411,9 @@ void diag_summary(struct job *job);
  * (malloc'ed, NULL if none). */
 char *diag_json(struct job *job);
 void diag_release(struct job *job);
+/* The diagnosis's verdict in one line ("rank 1 never entered world seq 1
+ * barrier (ranks 0,2-3 waiting)"), or NULL. */
+const char *diag_verdict_line(const struct job *job);
 /* trace.c: the timeline as Chrome trace JSON text (malloc'd; NULL after
  * a message when out of memory).  max_calls > 0 keeps only each rank's
  * last max_calls calls and max_calls output lines (otherData says how

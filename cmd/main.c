@@ -182,6 +182,9 @@ static bool restart(struct job *job)
 	job->stopping = job->killed = job->leftovers = false;
 	job->kill_at = 0;
 	spawn_set_restart(job, job->restarts);
+	/* torchrun's log files: a new attempt_K directory. */
+	if (job->torch_logs && mux_open_logs(job))
+		return false;
 	return true;
 }
 
@@ -257,6 +260,8 @@ int main(int argc, char **argv)
 	mux_flush(&job);
 	if (!o.quiet && (o.summary || rc))
 		report_summary(&job);
+	if (rc)
+		pyhint_rank_failed(&job);
 	if (o.report && report_json(&job) && !rc)
 		rc = 1;
 	if (o.trace && trace_write(&job) && !rc)

@@ -22,6 +22,13 @@
  * newline at EOF so it cannot run into another rank's line.  A line longer
  * than LINE_CAP is cut there (so memory stays bounded whatever a rank
  * prints).  --output-dir files get each rank's bytes exactly as read.
+ *
+ * A partial line that does not grow for PARTIAL_WAIT (a prompt: pdb's
+ * "(Pdb) ", input("x? ")) is shown without its newline, and the destination
+ * remembers that rank's line is open: the rest of the line, when it comes,
+ * follows it without a label, so it reads as one line; any other output
+ * first ends the open line with a newline (and the rest then comes on a
+ * line of its own, labelled again).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +66,7 @@ struct dest {
 	size_t off, len, cap;
 	char *labels;               /* LABEL_MAX bytes per rank */
 	uint8_t *label_len;
+	int open_rank;              /* whose partial line ends it, or -1 */
 };
 
 static struct {
@@ -67,6 +75,7 @@ static struct {
 	bool labels;
 	bool timestamps;
 	bool any_shown;
+	int npartial;               /* lines with bytes not shown yet */
 } mux;
 
 static const int palette[] = { 32, 33, 34, 35, 36, 31, 92, 93, 94, 95, 96 };
@@ -132,6 +141,75 @@ static int open_files(struct job *job)
 	return 0;
 }
 
+/* torchrun's layout (torch.distributed.elastic, 1.13): LOGDIR/ID_XXXXXXXX
+ * made once per job (ID: --rdzv-id, else the run id; LOGDIR: --log-dir,
+ * else a new $TMPDIR/torchelastic_XXXXXXXX), then attempt_K/ (K: the
+ * restart) with a directory per local rank, holding stdout.log and
+ * stderr.log for the streams redirected or teed. */
+int mux_open_logs(struct job *job)
+{
+	const struct opts *o = job->o;
+	const char *tmp = getenv("TMPDIR");
+	char path[PATH_MAX + 128];
+	bool any = false;
+
+	for (int r = 0; r < o->nranks; r++)
+		any |= (o->redirects && o->redirects[r]) ||
+		       (o->tee && o->tee[r]);
+	if (!o->log_dir && !any)
+		return 0;
+	if (!job->torch_logs) {
+		char base[PATH_MAX + 64];
+
+		if (o->log_dir) {
+			snprintf(base, sizeof(base), "%s", o->log_dir);
+		} else {
+			snprintf(path, sizeof(path), "%s/torchelastic_XXXXXXXX",
+				 tmp && *tmp ? tmp : "/tmp");
+			if (!mkdtemp(path))
+				goto fail_path;
+			snprintf(base, sizeof(base), "%.*s", PATH_MAX, path);
+		}
+		snprintf(path, sizeof(path), "%.*s/%s_XXXXXXXX", PATH_MAX, base,
+			 o->rdzv_id ? o->rdzv_id : job->run_id);
+		if (!mkdtemp(path) || !(job->torch_logs = strdup(path)))
+			goto fail_path;
+		if (!o->log_dir)
+			fprintf(stderr, "distrun: log files in %s\n", path);
+	}
+	snprintf(path, sizeof(path), "%s/attempt_%d", job->torch_logs,
+		 job->restarts);
+	if (mkdir(path, 0777) && errno != EEXIST)
+		goto fail_path;
+	for (int r = 0; r < o->nranks; r++) {
+		int mask = (o->redirects ? o->redirects[r] : 0) |
+			   (o->tee ? o->tee[r] : 0);
+
+		snprintf(path, sizeof(path), "%s/attempt_%d/%d",
+			 job->torch_logs, job->restarts, r);
+		if (mkdir(path, 0777) && errno != EEXIST)
+			goto fail_path;
+		for (int s = 0; s < 2; s++) {
+			if (job->ranks[r].file_fd[s] >= 0)
+				close(job->ranks[r].file_fd[s]);
+			job->ranks[r].file_fd[s] = -1;
+			if (!(mask & (1 << s)))
+				continue;
+			snprintf(path, sizeof(path), "%s/attempt_%d/%d/%s.log",
+				 job->torch_logs, job->restarts, r,
+				 s ? "stderr" : "stdout");
+			job->ranks[r].file_fd[s] = open(path, O_WRONLY |
+				O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+			if (job->ranks[r].file_fd[s] < 0)
+				goto fail_path;
+		}
+	}
+	return 0;
+fail_path:
+	fprintf(stderr, "distrun: --log-dir: %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
 /* How a destination is written without ever blocking the job loop. */
 static int dest_open(struct dest *d)
 {
@@ -185,6 +263,7 @@ int mux_init(struct job *job)
 		struct dest *d = &mux.dest[s];
 
 		d->fd = s + 1;
+		d->open_rank = -1;
 		d->cap = OBUF_SIZE;
 		d->buf = malloc(d->cap);
 		if (!d->buf || dest_open(d) || (mux.labels &&
@@ -194,6 +273,8 @@ int mux_init(struct job *job)
 	for (int r = 0; r < o->nranks; r++)
 		job->ranks[r].file_fd[0] = job->ranks[r].file_fd[1] = -1;
 	if (o->output_dir && open_files(job))
+		return -1;
+	if (mux_open_logs(job))
 		return -1;
 	return 0;
 fail:
@@ -368,21 +449,27 @@ static void dest_put(struct job *job, struct dest *d, struct iovec *iov,
 	}
 }
 
-/* One line (or, in raw mode, a run of whole lines) of rank r to d. */
-static void emit(struct job *job, struct dest *d, int r, const char *data,
-		 size_t len, bool add_nl)
+/* Bytes of rank r to d: label is false for the rest of a line whose
+ * start is on the console already (no label, no timestamp). */
+static void emit_as(struct job *job, struct dest *d, int r, const char *data,
+		    size_t len, bool add_nl, bool label)
 {
-	struct iovec iov[4];
+	struct iovec iov[5];
 	char ts[32];
 	int cnt = 0;
 	size_t need;
 
 	if (d->broken)
 		return;
-	if (mux.labels)
+	if (d->open_rank >= 0 && (label || d->open_rank != r))
+		iov[cnt++] = (struct iovec){ "\n", 1 };
+	d->open_rank = -1;
+	if (!label)
+		;
+	else if (mux.labels)
 		iov[cnt++] = (struct iovec){ d->labels + (size_t)r * LABEL_MAX,
 					     d->label_len[r] };
-	if (mux.timestamps) {
+	if (label && mux.timestamps) {
 		int n = snprintf(ts, sizeof(ts), "+%.3f ",
 				 now_mono() - job->t0);
 		iov[cnt++] = (struct iovec){ ts, (size_t)n };
@@ -400,6 +487,35 @@ static void emit(struct job *job, struct dest *d, int r, const char *data,
 	dest_put(job, d, iov, cnt, need >= OBUF_SIZE / 4);
 }
 
+/* One line (or, in raw mode, a run of whole lines) of rank r to d. */
+static void emit(struct job *job, struct dest *d, int r, const char *data,
+		 size_t len, bool add_nl)
+{
+	emit_as(job, d, r, data, len, add_nl, true);
+}
+
+/* The end of rank r's partial line lb: what is not shown yet, after the
+ * part that is (no label when it still ends the console's line). */
+static void emit_rest(struct job *job, struct dest *d, int r,
+		      struct linebuf *lb, bool add_nl)
+{
+	bool cont = lb->shown && d->open_rank == r;
+
+	if (lb->shown && !cont) {
+		/* Another rank's output came between: the rest on its own
+		 * line. */
+		emit_as(job, d, r, lb->buf + lb->shown, lb->len - lb->shown,
+			add_nl, true);
+	} else {
+		emit_as(job, d, r, lb->buf + lb->shown, lb->len - lb->shown,
+			add_nl, !cont);
+	}
+	if (lb->pending)
+		mux.npartial--;
+	lb->pending = false;
+	lb->shown = 0;
+}
+
 /* The hot path: whole lines [p, end) of rank r, each after its label,
  * copied straight into the output buffer. */
 static void emit_labelled(struct job *job, struct dest *d, int r,
@@ -408,6 +524,10 @@ static void emit_labelled(struct job *job, struct dest *d, int r,
 	const char *label = d->labels + (size_t)r * LABEL_MAX;
 	size_t llen = d->label_len[r];
 
+	if (d->open_rank >= 0) {
+		/* End the partial line another rank left open. */
+		emit_as(job, d, r, "", 0, false, false);
+	}
 	while (p < end) {
 		const char *nl = memchr(p, '\n', end - p);
 		size_t len = nl + 1 - p;
@@ -463,11 +583,11 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 		}
 		if (line_append(lb, p, take)) {
 			/* Out of memory: show what we have, as it comes. */
-			emit(job, d, r, lb->buf, lb->len, true);
+			emit_rest(job, d, r, lb, true);
 			lb->len = 0;
 			emit(job, d, r, p, take, !nl || cut);
 		} else if (cut || (nl && take == (size_t)(nl + 1 - p))) {
-			emit(job, d, r, lb->buf, lb->len, cut);
+			emit_rest(job, d, r, lb, cut);
 			lb->len = 0;
 		}
 		p += take;
@@ -489,9 +609,21 @@ static void split_lines(struct job *job, int r, int s, const char *p,
 		}
 		p = last + 1;
 	}
-	/* The tail (shorter than a read, so than LINE_CAP) waits for more. */
+	/* The tail (shorter than a read, so than LINE_CAP) waits for more:
+	 * shown after PARTIAL_WAIT of quiet (mux_show_partials). */
 	if (p < end && line_append(lb, p, end - p))
 		emit(job, d, r, p, end - p, true);
+}
+
+/* After a read: a partial line that grew waits PARTIAL_WAIT from now. */
+static void partial_note(struct linebuf *lb)
+{
+	if (lb->len <= lb->shown)
+		return;
+	if (!lb->pending)
+		mux.npartial++;
+	lb->pending = true;
+	lb->since = now_mono();
 }
 
 int mux_read(struct job *job, int r, int s)
@@ -530,8 +662,10 @@ int mux_read(struct job *job, int r, int s)
 	}
 	if (s)
 		report_tail_add(rk, mux.rbuf, n);
-	if (job->o->show[r] && !job->o->file_only[s])
+	if (job->o->show[r] && opts_console(job->o, r, s)) {
 		split_lines(job, r, s, mux.rbuf, n);
+		partial_note(&rk->line[s]);
+	}
 	diag_output(job, r, s, mux.rbuf, n);
 	return 1;
 }
@@ -541,9 +675,50 @@ void mux_finish(struct job *job, int r, int s)
 	struct linebuf *lb = &job->ranks[r].line[s];
 
 	if (lb->len)
-		emit(job, &mux.dest[s], r, lb->buf, lb->len, true);
+		emit_rest(job, &mux.dest[s], r, lb, true);
 	free(lb->buf);
 	*lb = (struct linebuf){ 0 };
+}
+
+double mux_partial_deadline(struct job *job)
+{
+	double when = -1;
+
+	if (!mux.npartial)
+		return -1;
+	for (int r = 0; r < job->o->nranks; r++)
+		for (int s = 0; s < 2; s++) {
+			const struct linebuf *lb = &job->ranks[r].line[s];
+
+			if (lb->pending &&
+			    (when < 0 || lb->since + PARTIAL_WAIT < when))
+				when = lb->since + PARTIAL_WAIT;
+		}
+	return when;
+}
+
+void mux_show_partials(struct job *job)
+{
+	double t;
+
+	if (!mux.npartial)
+		return;
+	t = now_mono();
+	for (int r = 0; r < job->o->nranks; r++)
+		for (int s = 0; s < 2; s++) {
+			struct linebuf *lb = &job->ranks[r].line[s];
+			struct dest *d = &mux.dest[s];
+
+			if (!lb->pending || t < lb->since + PARTIAL_WAIT)
+				continue;
+			emit_as(job, d, r, lb->buf + lb->shown,
+				lb->len - lb->shown, false,
+				!(lb->shown && d->open_rank == r));
+			lb->shown = lb->len;
+			lb->pending = false;
+			d->open_rank = r;
+			mux.npartial--;
+		}
 }
 
 void mux_drain(struct job *job, double seconds)
@@ -579,5 +754,7 @@ void mux_release(struct job *job)
 				if (job->ranks[r].file_fd[s] >= 0)
 					close(job->ranks[r].file_fd[s]);
 			}
+	free(job->torch_logs);
+	job->torch_logs = NULL;
 	memset(&mux, 0, sizeof(mux));
 }

@@ -69,6 +69,7 @@ enum {
 	OPT_TEE,
 	OPT_STDIN,
 	OPT_PRELOAD,
+	OPT_BUFFERED,
 };
 
 struct opt_def {
@@ -115,6 +116,9 @@ static const struct opt_def opt_table[] = {
 	  "also write DIR/rank.N.stdout, DIR/rank.N.stderr" },
 	{ OPT_STDIN, "stdin", "RANK|all|none",
 	  "who reads stdin: a rank (default 0), all or none" },
+	{ OPT_BUFFERED, "buffered", NULL,
+	  "leave the ranks' stdout buffered as on any pipe (default: "
+	  "line-buffered)" },
 	{ OPT_TIMESTAMPS, "timestamps", NULL,
 	  "prefix lines with the seconds since the start" },
 	{ OPT_COLOR, "color", "WHEN",
@@ -140,12 +144,14 @@ static const struct opt_def opt_table[] = {
 	  "nodes: through --rdzv-backend etcd)" },
 	{ OPT_MAX_RESTARTS_US, "max_restarts", "N", NULL },
 	{ OPT_LOG_DIR, "log-dir", "DIR",
-	  "torchrun's name for --output-dir DIR" },
+	  "torchrun's log files: DIR/ID_X/attempt_K/RANK/stdout.log "
+	  "(parents made)" },
 	{ OPT_LOG_DIR_US, "log_dir", "DIR", NULL },
-	{ OPT_REDIRECTS, "redirects", "0-3",
-	  "to the files only: 1 stdout, 2 stderr, 3 both" },
-	{ OPT_TEE, "tee", "0-3",
-	  "to files and console (as --log-dir alone does)" },
+	{ OPT_REDIRECTS, "redirects", "MASK",
+	  "to the log files only: 1 stdout, 2 stderr, 3 both (or per "
+	  "local rank: 0:3,1:2)" },
+	{ OPT_TEE, "tee", "MASK",
+	  "to the log files and the console (as --redirects)" },
 	{ OPT_MODULE, "module", NULL,
 	  "PROGRAM is a Python module (PYTHON -m PROGRAM)" },
 	{ OPT_NO_PYTHON, "no-python", NULL,
@@ -268,6 +274,50 @@ static int parse_duration_opt(const char *opt, const char *s, bool positive,
 	return 0;
 }
 
+/* torchrun's --redirects/--tee value: a mask for every local rank ("3")
+ * or local rank:mask pairs ("0:3,1:2"; the ranks not named get 0), as
+ * torch's Std.from_str.  Into *out (MAX_RANKS masks).  Returns 0, or -1
+ * after the usage message. */
+static int parse_std_map(const char *opt, const char *s, uint8_t **out)
+{
+	uint8_t *m = calloc(MAX_RANKS, 1);
+	const char *p = s;
+
+	if (!m) {
+		perror("distrun");
+		return -1;
+	}
+	free(*out);
+	*out = m;
+	if (s[0] >= '0' && s[0] <= '3' && !s[1]) {
+		memset(m, s[0] - '0', MAX_RANKS);
+		return 0;
+	}
+	for (;;) {
+		char *end;
+		long r;
+
+		if (*p < '0' || *p > '9')
+			goto bad;
+		errno = 0;
+		r = strtol(p, &end, 10);
+		if (errno || r >= MAX_RANKS || *end != ':' || end[1] < '0' ||
+		    end[1] > '3')
+			goto bad;
+		m[r] = (uint8_t)(end[1] - '0');
+		p = end + 2;
+		if (!*p)
+			return 0;
+		if (*p++ != ',')
+			goto bad;
+	}
+bad:
+	fprintf(stderr, "distrun: %s '%s': expected 0 (none), 1 (stdout), 2 "
+		"(stderr) or 3 (both), for every rank or per local rank as in "
+		"0:3,1:2\nTry 'distrun --help'.\n", opt, s);
+	return -1;
+}
+
 /* "0,2-3" or "none" into o->show; needs o->nranks. */
 static int parse_ranks(struct opts *o, const char *s)
 {
@@ -325,6 +375,28 @@ bad:
 	return -1;
 }
 
+/* mkdir -p: dir and its missing parents.  Returns 0 or -1 (errno). */
+static int mkdir_parents(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(dir);
+
+	if (n >= sizeof(path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(path, dir, n + 1);
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(path, 0777) && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	return mkdir(path, 0777) && errno != EEXIST ? -1 : 0;
+}
+
 /* The report file is opened without truncation (and left, if made here,
  * for report.c to overwrite); the output directory is made and must be
  * writable. */
@@ -341,6 +413,12 @@ int opts_check_paths(const struct opts *o)
 			return -1;
 		}
 		close(fd);
+	}
+	if (o->log_dir && mkdir_parents(o->log_dir)) {
+		/* As torchrun's os.makedirs(log_dir, exist_ok=True). */
+		fprintf(stderr, "distrun: --log-dir %s: %s\nTry 'distrun "
+			"--help'.\n", o->log_dir, strerror(errno));
+		return -1;
 	}
 	if (o->output_dir) {
 		const char *opt = o->output_dir_opt ? o->output_dir_opt :
@@ -371,7 +449,7 @@ int opts_parse(struct opts *o, int argc, char **argv)
 {
 	struct option longopts[N_OPTS + 1];
 	long v;
-	int c, li = 0;
+	int c, li = 0, at, verbosity = 0;
 	bool standalone = false;
 
 	memset(o, 0, sizeof(*o));
@@ -388,8 +466,35 @@ int opts_parse(struct opts *o, int argc, char **argv)
 	memset(&longopts[N_OPTS], 0, sizeof(longopts[N_OPTS]));
 
 	opterr = 0;
+	/* mpirun's and MPICH's -np N: the same as -n N (getopt would read
+	 * -n p).  Only before the program. */
+	for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--"))
+			break;
+		if (!strcmp(argv[i], "-np"))
+			argv[i] = "-n";
+	}
 	/* '+': stop at the program name; ':': report missing arguments. */
-	while ((c = getopt_long(argc, argv, "+:n:mvqhV", longopts, &li)) != -1) {
+	for (;;) {
+		at = optind;
+		li = -1;
+		c = getopt_long(argc, argv, "+:n:mvqhV", longopts, &li);
+		if (c == -1)
+			break;
+		/* No abbreviations: getopt_long takes any unambiguous prefix
+		 * (--nproc-per-nod), which a new option would make
+		 * ambiguous and break a script. */
+		if (li >= 0 && at < argc && !strncmp(argv[at], "--", 2) &&
+		    strncmp(argv[at] + 2, longopts[li].name,
+			    strlen(longopts[li].name) + 1) &&
+		    strcspn(argv[at] + 2, "=") != strlen(longopts[li].name)) {
+			fprintf(stderr, "distrun: unknown option '%.*s' (did "
+				"you mean --%s? options are not abbreviated)\n"
+				"Try 'distrun --help'.\n",
+				(int)strcspn(argv[at], "="), argv[at],
+				longopts[li].name);
+			return EXIT_USAGE;
+		}
 		switch (c) {
 		case OPT_NPROC:
 		case OPT_NPROC_US:
@@ -398,6 +503,12 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			o->sizes = NULL;
 			if (parse_sizes(optarg, &o->sizes, &o->nsizes)) {
 				o->sizes = NULL;
+				if (optarg[0] == 'p' && optarg == argv[optind - 1] + 2) {
+					usage_hint("invalid '-%s': for mpirun's "
+						   "-np N, give -n N or -np N "
+						   "(apart)", optarg - 1);
+					return EXIT_USAGE;
+				}
 				usage_hint(strpbrk(optarg, ",-") ?
 					   "invalid world sizes '%s' (expected "
 					   "a list like 1,2,4 or 1-8 of sizes "
@@ -536,6 +647,9 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_TIMESTAMPS:
 			o->timestamps = true;
 			break;
+		case OPT_BUFFERED:
+			o->buffered = true;
+			break;
 		case OPT_COLOR:
 			if (!strcmp(optarg, "auto"))
 				o->color = -1;
@@ -588,38 +702,28 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			o->tap = *optarg ? optarg : NULL;
 			break;
 		case OPT_SUMMARY:
-			o->summary = true;
+			verbosity++;
 			break;
 		case OPT_QUIET:
-			o->quiet = true;
+			verbosity--;
 			break;
 		case OPT_MODULE:
 			o->module = true;
 			break;
 		case OPT_LOG_DIR:
 		case OPT_LOG_DIR_US:
-			o->output_dir = optarg;
-			o->output_dir_opt = "--log-dir";
+			if (!*optarg) {
+				usage_hint("%s--log-dir is empty", "");
+				return EXIT_USAGE;
+			}
+			o->log_dir = optarg;
 			break;
 		case OPT_REDIRECTS:
 		case OPT_TEE:
-			if (strlen(optarg) != 1 || optarg[0] < '0' ||
-			    optarg[0] > '3') {
-				fprintf(stderr, "distrun: --%s '%s': %s\nTry "
-					"'distrun --help'.\n", longopts[li].name,
-					optarg, strchr(optarg, ':') ?
-					"per-rank values are not supported "
-					"(give 0, 1, 2 or 3)" : "expected 0 "
-					"(none), 1 (stdout), 2 (stderr) or 3 "
-					"(both)");
+			if (parse_std_map(c == OPT_REDIRECTS ? "--redirects" :
+					  "--tee", optarg, c == OPT_REDIRECTS ?
+					  &o->redirects : &o->tee))
 				return EXIT_USAGE;
-			}
-			if (c == OPT_REDIRECTS) {
-				o->file_only[0] = optarg[0] & 1;
-				o->file_only[1] = (optarg[0] & 2) != 0;
-			}
-			o->redirect_opt = c == OPT_REDIRECTS ? "--redirects" :
-					  "--tee";
 			break;
 		case OPT_NO_PYTHON:
 		case OPT_NO_PYTHON_US:
@@ -668,8 +772,17 @@ int opts_parse(struct opts *o, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
+	/* -v and -q count against each other: above 0 the summary always,
+	 * 0 on failure (the default), below 0 never. */
+	o->summary = verbosity > 0;
+	o->quiet = verbosity < 0;
 	if (optind >= argc) {
 		usage_hint("%smissing the program to run", "");
+		return EXIT_USAGE;
+	}
+	if (o->module && o->no_python) {
+		usage_hint("%s-m/--module runs PROGRAM as a Python module; "
+			   "--no-python runs PROGRAM itself: give one", "");
 		return EXIT_USAGE;
 	}
 	if (standalone) {
@@ -712,12 +825,20 @@ int opts_parse(struct opts *o, int argc, char **argv)
 		}
 		memset(o->show, 1, o->nranks);
 	}
-	if (o->redirect_opt && !o->output_dir) {
-		usage_hint("%s needs --log-dir DIR (or --output-dir DIR) for "
-			   "the files", o->redirect_opt);
+	if (o->log_dir && o->output_dir) {
+		usage_hint("%s--log-dir (torchrun's layout) and --output-dir "
+			   "(rank.N.stdout): give one", "");
 		return EXIT_USAGE;
 	}
 	return 0;
+}
+
+bool opts_console(const struct opts *o, int r, int s)
+{
+	int bit = 1 << s;
+
+	return !(o->redirects && (o->redirects[r] & bit)) ||
+	       (o->tee && (o->tee[r] & bit));
 }
 
 void opts_release(struct opts *o)
@@ -726,6 +847,9 @@ void opts_release(struct opts *o)
 	o->show = NULL;
 	free(o->sizes);
 	o->sizes = NULL;
+	free(o->redirects);
+	free(o->tee);
+	o->redirects = o->tee = NULL;
 	free(o->argv_alloc);
 	o->argv_alloc = NULL;
 }

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,15 +46,18 @@ static const char *const set_vars[] = {
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
 	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
 	"DISTRUN_SECRET",
-	"DISTRUN_SEG_FD",
+	"DISTRUN_SEG_FD", "DISTRUN_LINEBUF",
 };
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
 /* Slots in the environment template rewritten for every rank. */
-enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, SLOT_RESTART, N_SLOTS };
+enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, SLOT_RESTART,
+       SLOT_LINEBUF, N_SLOTS };
 static char rank_str[N_SLOTS][48];
 static size_t env_nalloc;
 static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
+/* The line-buffering shim's LD_PRELOAD and ASAN_OPTIONS (or NULL). */
+static char *linebuf_env[2];
 
 void spawn_set_restart(struct job *job, int count)
 {
@@ -123,6 +127,56 @@ static char *make_secret(void)
 	return s;
 }
 
+/* The ranks' stdout line-buffered (unless --buffered): the shim
+ * cmd/shim/linebuf.c, installed beside the binary in
+ * ../lib/distrun/, goes after the user's own LD_PRELOAD; each rank's
+ * DISTRUN_LINEBUF names its pipe (spawn_rank).  An ASan-built rank would
+ * refuse to start with a library loaded before its runtime:
+ * verify_asan_link_order=0 lets it (the shim calls setvbuf alone).
+ * Without the shim (a binary copied alone) ranks keep stdio's default.
+ * Returns 0, or -1 when out of memory. */
+static int linebuf_setup(struct job *job)
+{
+	const char *old = getenv("LD_PRELOAD"), *asan = getenv("ASAN_OPTIONS");
+	char exe[PATH_MAX], *slash, *so;
+	ssize_t n;
+
+	job->linebuf = false;
+	if (job->o->buffered)
+		return 0;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return 0;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return 0;
+	*slash = 0;
+	so = xasprintf("%s/../lib/distrun/libdistrun-linebuf.so", exe);
+	if (!so)
+		return -1;
+	if (access(so, R_OK)) {
+		free(so);
+		return 0;
+	}
+	if (old && strstr(old, so))
+		linebuf_env[0] = xasprintf("LD_PRELOAD=%s", old);
+	else if (old && *old)
+		linebuf_env[0] = xasprintf("LD_PRELOAD=%s:%s", old, so);
+	else
+		linebuf_env[0] = xasprintf("LD_PRELOAD=%s", so);
+	free(so);
+	if (!asan || !strstr(asan, "verify_asan_link_order"))
+		linebuf_env[1] = xasprintf("ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+					   asan ? asan : "",
+					   asan && *asan ? ":" : "");
+	if (!linebuf_env[0] || (!linebuf_env[1] && (!asan ||
+	    !strstr(asan, "verify_asan_link_order"))))
+		return -1;
+	job->linebuf = true;
+	return 0;
+}
+
 static int build_env(struct job *job)
 {
 	const struct opts *o = job->o;
@@ -133,7 +187,7 @@ static int build_env(struct job *job)
 		n++;
 	/* Ours (N_SET and a few more, such as OMP_NUM_THREADS), then the
 	 * inherited ones. */
-	env = calloc(n + N_SET + 8, sizeof(*env));
+	env = calloc(n + N_SET + 16, sizeof(*env));
 	if (!env)
 		return -1;
 	job->env = env;
@@ -141,6 +195,9 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_LOCAL_RANK];
 	env[k++] = rank_str[SLOT_ROLE_RANK];
 	env[k++] = rank_str[SLOT_RESTART];
+	env[k++] = rank_str[SLOT_LINEBUF];
+	snprintf(rank_str[SLOT_LINEBUF], sizeof(rank_str[SLOT_LINEBUF]),
+		 "DISTRUN_LINEBUF=off");
 	spawn_set_restart(job, job->restarts);
 	/* The rest are the same for every rank. */
 	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
@@ -177,6 +234,11 @@ static int build_env(struct job *job)
 	size_t kd = k;
 	if (diag_env(job, env, &k))
 		return -1;
+	if (linebuf_setup(job))
+		return -1;
+	for (int i = 0; i < 2; i++)
+		if (linebuf_env[i])
+			env[k++] = linebuf_env[i];
 	for (size_t i = 0; i < n; i++)
 		if (!is_set_var(environ[i]) && !in_env(env + kd, k - kd,
 						       environ[i]))
@@ -403,6 +465,15 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
 	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
 		 job->rank_offset + r);
+	if (job->linebuf) {
+		struct stat st;
+
+		if (fstat(out[1], &st) == 0)
+			snprintf(rank_str[SLOT_LINEBUF], 48,
+				 "DISTRUN_LINEBUF=%llu:%llu",
+				 (unsigned long long)st.st_dev,
+				 (unsigned long long)st.st_ino);
+	}
 	rk->t_start = now_mono();
 	/* vfork: the child borrows our memory until it execs, so no page
 	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The
@@ -527,6 +598,10 @@ void spawn_release(struct job *job)
 			free(job->env[i]);
 		free(job->env);
 		job->env = NULL;
+	}
+	for (int i = 0; i < 2; i++) {
+		free(linebuf_env[i]);
+		linebuf_env[i] = NULL;
 	}
 	free(job->prog_path);
 	job->prog_path = NULL;

@@ -343,6 +343,69 @@ const char *testlist_check_program(const char *prog, const char *dir)
 	return NULL;
 }
 
+/* As on the command line (spawn.c): a PROGRAM ending in .py runs with
+ * Python unless --no-python, so it need only be readable there. */
+static const char *check_test_program(const struct ci_test *t,
+				      const char *dir)
+{
+	static char msg[256];
+	const char *prog = t->argv[0];
+	size_t len = strlen(prog);
+	char path[PATH_MAX];
+	bool no_python = false;
+
+	for (int i = 0; i < t->nopt; i++)
+		no_python |= !strcmp(t->opt[i], "--no-python") ||
+			     !strcmp(t->opt[i], "--no_python");
+	if (no_python || len < 4 || strcmp(prog + len - 3, ".py") ||
+	    !strchr(prog, '/'))
+		return testlist_check_program(prog, dir);
+	if (prog[0] == '/' || !dir)
+		snprintf(path, sizeof(path), "%s", prog);
+	else
+		snprintf(path, sizeof(path), "%s/%s", dir, prog);
+	if (access(path, R_OK)) {
+		snprintf(msg, sizeof(msg), "script '%s': %s", prog,
+			 strerror(errno));
+		return msg;
+	}
+	return NULL;
+}
+
+/* The first world size two tests share, or 0. */
+static int shared_size(const struct ci_test *a, const struct ci_test *b)
+{
+	for (int i = 0; i < a->nsizes; i++)
+		for (int k = 0; k < b->nsizes; k++)
+			if (a->sizes[i] == b->sizes[k])
+				return a->sizes[i];
+	return 0;
+}
+
+/* Two tests of a list with one name and a world size in common would be
+ * two cases NAME[n=N] reported alike (JUnit, TAP, --report): an error
+ * naming both lines. */
+static int check_duplicate_names(const struct ci_list *l, const char *path)
+{
+	int errors = 0;
+
+	for (int i = 0; i < l->ntests; i++)
+		for (int k = 0; k < i; k++) {
+			const struct ci_test *a = &l->tests[i], *b = &l->tests[k];
+			int n;
+
+			if (strcmp(a->name, b->name) ||
+			    !(n = shared_size(a, b)))
+				continue;
+			fprintf(stderr, "distrun: %s:%d: duplicate test "
+				"'%s[n=%d]' (also line %d; give one a "
+				"name=)\n", path, a->line, a->name, n, b->line);
+			errors++;
+			break;
+		}
+	return errors;
+}
+
 /* ------------------------------------------------------------ keys */
 
 static int strv_push(char ***v, int *n, const char *s)
@@ -617,8 +680,7 @@ int testlist_load(struct ci_list *l, const char *path,
 				bad = 1;
 			}
 		if (!bad && !t.skip) {
-			const char *why = testlist_check_program(t.argv[0],
-								 l->dir);
+			const char *why = check_test_program(&t, l->dir);
 
 			if (why) {
 				lex_error(&lx, lx.line, "%s", why);
@@ -655,6 +717,7 @@ int testlist_load(struct ci_list *l, const char *path,
 	if (ferror(lx.f))
 		lex_error(&lx, lx.next_line, "read error");
 	fclose(lx.f);
+	lx.errors += check_duplicate_names(l, path);
 	if (!lx.errors && !l->ntests) {
 		fprintf(stderr, "distrun: test list %s: no tests\n", path);
 		return -1;

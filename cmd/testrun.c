@@ -424,6 +424,7 @@ static bool evaluate(struct ci_case *c, int wait_status, bool killed)
 		json_t *rk;
 		size_t i;
 		struct sbuf b = { 0 };
+		const char *vl;
 
 		json_array_foreach(json_object_get(rep, "ranks"), i, rk)
 			if (!strcmp(jstr(rk, "state") ? jstr(rk, "state") : "",
@@ -435,11 +436,22 @@ static bool evaluate(struct ci_case *c, int wait_status, bool killed)
 		c->type = strcmp(reason, "timeout") ||
 			  json_is_true(json_object_get(rep, "stalled")) ?
 			  "hang" : "timeout";
-		snprintf(msg, sizeof(msg), "%s after %.1fs; ranks still "
-			 "running: %s", !strcmp(c->type, "hang") ?
-			 "no progress" : "timed out",
-			 json_real_value(json_object_get(rep, "wall_s")),
-			 b.s ? b.s : "none");
+		vl = json_string_value(json_object_get(json_object_get(rep,
+				"diagnosis"), "verdict_line"));
+		if (vl)
+			/* The diagnosis's verdict: the odd rank, the call,
+			 * its seq. */
+			snprintf(msg, sizeof(msg), "%s after %.1fs: %s",
+				 !strcmp(c->type, "hang") ? "no progress" :
+				 "timed out", json_real_value(json_object_get(
+				 rep, "wall_s")), vl);
+		else
+			snprintf(msg, sizeof(msg), "%s after %.1fs; ranks "
+				 "still running: %s", !strcmp(c->type, "hang")
+				 ? "no progress" : "timed out",
+				 json_real_value(json_object_get(rep,
+						 "wall_s")),
+				 b.s ? b.s : "none");
 		free(b.s);
 	} else if (!strcmp(reason, "rank failed")) {
 		int r = (int)json_integer_value(
@@ -731,6 +743,11 @@ static int start_case(struct runner *ru, struct slot *s, int idx,
 		return -1;
 	c->attempts++;
 	c->start = now_real();
+	/* A sweep's console: a header per size, so that each run's lines
+	 * (labelled [0], [1]... in every run) are told apart. */
+	if (ru->sweep && ru->ncases > 1)
+		printf("distrun: world size %d (%d of %d)%s\n", c->n, idx + 1,
+		       ru->ncases, c->attempts > 1 ? ", again" : "");
 	fflush(stdout);
 	fflush(stderr);
 	pid = fork();
@@ -962,7 +979,9 @@ static int add_case(struct runner *ru, struct ci_list *l, struct ci_test *t,
 	c->verdict = CI_ERROR;
 	c->type = "error";
 	if (t->skip) {
+		/* Reads "SKIP ... skip: needs a GPU", not "error: ...". */
 		c->verdict = CI_SKIP;
+		c->type = "skip";
 		c->message = strdup(t->skip);
 		c->start = now_real();
 	}

@@ -296,33 +296,61 @@ setup() {
 	[ -z "$(awk 'length > 80 || /^ {20,}[a-z]/' <<<"$ex")" ]
 }
 
-@test "--log-dir is --output-dir; --redirects keeps streams off the console; --tee keeps both" {
+@test "--log-dir, --redirects, --tee as torchrun: LOGDIR/ID_X/attempt_0/RANK/std{out,err}.log; tee shows and writes" {
 	prog='echo "out $RANK"; echo "err $RANK" >&2'
+	# --log-dir alone: everything on the console, no output files.
 	run "$DISTRUN" -n 2 --log-dir logs sh -c "$prog"
 	[ "$status" -eq 0 ]
 	[ "$(sort <<<"$output")" = $'[0] err 0\n[0] out 0\n[1] err 1\n[1] out 1' ]
-	[ "$(cat logs/rank.1.stdout)" = "out 1" ]
-	[ "$(cat logs/rank.0.stderr)" = "err 0" ]
-	run "$DISTRUN" -n 2 --log_dir logs2 --redirects 1 sh -c "$prog"
+	[ -d logs/*_*/attempt_0/1 ]
+	[ -z "$(find logs -name '*.log')" ]
+	run "$DISTRUN" -n 2 --log_dir logs2 --rdzv-id myjob --redirects 1 sh -c "$prog"
 	[ "$(sort <<<"$output")" = $'[0] err 0\n[1] err 1' ]
-	[ "$(cat logs2/rank.0.stdout)" = "out 0" ]
+	[ "$(cat logs2/myjob_*/attempt_0/0/stdout.log)" = "out 0" ]
+	[ ! -e logs2/myjob_*/attempt_0/0/stderr.log ]
 	run "$DISTRUN" -n 2 --log-dir logs3 --redirects 3 sh -c "$prog"
 	[ -z "$output" ]
-	[ "$(cat logs3/rank.1.stderr)" = "err 1" ]
-	run "$DISTRUN" -n 1 --log-dir logs4 --tee 3 sh -c "$prog"
-	[ "$(sort <<<"$output")" = $'[0] err 0\n[0] out 0' ]
-	[ "$(cat logs4/rank.0.stdout)" = "out 0" ]
+	[ "$(cat logs3/*/attempt_0/1/stderr.log)" = "err 1" ]
+	# The issue's case: --redirects 3 --tee 3 shows the output and writes
+	# the files (tee wins, as torchrun's).
+	run "$DISTRUN" -n 2 --log-dir logs4 --redirects 3 --tee 3 sh -c "$prog"
+	[ "$(sort <<<"$output")" = $'[0] err 0\n[0] out 0\n[1] err 1\n[1] out 1' ]
+	[ "$(cat logs4/*/attempt_0/0/stdout.log)" = "out 0" ]
+	[ "$(cat logs4/*/attempt_0/1/stderr.log)" = "err 1" ]
+	# Per local rank, as torchrun's 0:3,1:2.
+	run "$DISTRUN" -n 2 --log-dir logs5 --redirects 0:3,1:2 sh -c "$prog"
+	[ "$output" = "[1] out 1" ]
+	[ "$(cat logs5/*/attempt_0/0/stdout.log)" = "out 0" ]
+	[ "$(cat logs5/*/attempt_0/1/stderr.log)" = "err 1" ]
+	[ ! -e logs5/*/attempt_0/1/stdout.log ]
 }
 
-@test "--redirects and --tee: bad values and a missing --log-dir are named" {
-	run "$DISTRUN" --redirects 3 true
-	[ "$status" -eq 2 ]
-	[ "${lines[0]}" = "distrun: --redirects needs --log-dir DIR (or --output-dir DIR) for the files" ]
-	run "$DISTRUN" --log-dir l --tee 0:1,1:2 true
-	[ "$status" -eq 2 ]
-	[ "${lines[0]}" = "distrun: --tee '0:1,1:2': per-rank values are not supported (give 0, 1, 2 or 3)" ]
+@test "--log-dir a/b makes its parents; --redirects without --log-dir writes under a temporary torchelastic_ directory and says where" {
+	run "$DISTRUN" -n 1 --log-dir a/b --tee 1 echo hi
+	[ "$status" -eq 0 ]
+	[ "$output" = "[0] hi" ]
+	[ "$(cat a/b/*/attempt_0/0/stdout.log)" = "hi" ]
+	TMPDIR=$PWD run "$DISTRUN" -n 1 --redirects 1 echo hi
+	[ "$status" -eq 0 ]
+	dir=$(sed -n 's/^distrun: log files in //p' <<<"$output")
+	[[ "$dir" == "$PWD"/torchelastic_*/* ]]
+	[ "$(cat "$dir"/attempt_0/0/stdout.log)" = "hi" ]
+}
+
+@test "--max-restarts with --log-dir: a directory per attempt, as torchrun's attempt_K" {
+	run "$DISTRUN" -n 1 --max-restarts 1 --log-dir l --redirects 1 sh -c 'echo "try $TORCHELASTIC_RESTART_COUNT"; exit 3'
+	[ "$status" -eq 3 ]
+	[ "$(cat l/*/attempt_0/0/stdout.log)" = "try 0" ]
+	[ "$(cat l/*/attempt_1/0/stdout.log)" = "try 1" ]
+}
+
+@test "--redirects and --tee: bad values are named; --log-dir and --output-dir do not go together" {
 	run "$DISTRUN" --log-dir l --redirects 4 true
-	[ "${lines[0]}" = "distrun: --redirects '4': expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both)" ]
-	run "$DISTRUN" --log-dir nodir/l true
-	[ "${lines[0]}" = "distrun: --log-dir nodir/l: No such file or directory" ]
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "distrun: --redirects '4': expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), for every rank or per local rank as in 0:3,1:2" ]
+	run "$DISTRUN" --tee 0:1,1 true
+	[ "$status" -eq 2 ]
+	run "$DISTRUN" --log-dir l --output-dir o true
+	[ "$status" -eq 2 ]
+	[[ "${lines[0]}" == *"give one"* ]]
 }
