@@ -64,6 +64,7 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 	dr_dtype dt = c->op->dtype;
 	size_t es = dr_dtype_size(dt), step = ACC_BYTES / es;
 	char *acc;
+	uint64_t small[4];
 	dr_err err = DR_OK;
 
 	if (out == dri_cs.in[0] && !out2) {
@@ -93,7 +94,12 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 		}
 		return err;
 	}
-	if (!(acc = dri_scratch_keep(ACC_BYTES)))
+	/* A few words (the small calls' path: all_reduce_tiny, a rooted
+	 * reduce in records) sum on the stack: the thread's scratch costs
+	 * more than the sum. */
+	if (n * es <= sizeof(small))
+		acc = (char *)small;
+	else if (!(acc = dri_scratch_keep(ACC_BYTES)))
 		return DR_ENOMEM;
 	for (size_t a = 0; a < n && !err; a += step) {
 		size_t k = n - a < step ? n - a : step;

@@ -43,11 +43,13 @@
 #define _GNU_SOURCE
 #endif
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -235,6 +237,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		if (c == 0) {
+			/* Spinning for ever on a process that died (killed, or
+			 * its output closed) would eat a CPU: die with it. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() == 1)
+				_exit(1);
 			r = i;
 			break;
 		}
