@@ -147,7 +147,8 @@ void dri_cs_done(struct call *c);
 /* Waits until every other rank's up has reached v (flat). */
 dr_err dri_cs_await_all(struct call *c, uint64_t v);
 /* Call rec.n - LAG, if it was rooted: wait until every rank is past it
- * and check every rank's record of it. */
+ * and check every rank's record of it, and of the later rooted calls
+ * every rank is found past. */
 dr_err dri_cs_settle(struct call *c);
 /* Whether one of the last LAG calls is still to be checked. */
 int dri_cs_any_open(void);
