@@ -4,10 +4,13 @@
  * output, so that scripts/bench-anchor sets it beside the MPI original
  * (scripts/mpi/anchor_mpi_bench.c) measured the same way.
  *
- *   distrun -n N build/bench/anchor_bench [ITERS [MAXBYTES]]
+ *   distrun -n N build/bench/anchor_bench [ITERS [MAXBYTES [WARMUP]]]
  *
  * Prints, from rank 0, "op=barrier n=N bytes=0 us=X" (the mean of ITERS
- * barriers after 50 unmeasured ones) and for 4 B, 64 B, ... up to
+ * barriers after WARMUP unmeasured ones, 50 as the original; 0 times a
+ * loop right after init, as a program that makes a few hundred calls
+ * sees it: scripts/bench-anchor's "300 after init") and for 4 B, 64 B,
+ * ... up to
  * MAXBYTES (times 16) "op=allreduce n=N bytes=B us=X algbw_GBps=A
  * busbw_GBps=W" (the mean of ITERS float32 sums in place, 10 from
  * 1 MiB).  An error ends it with the call's message and status 1.
@@ -31,18 +34,20 @@ int main(int argc, char **argv)
 {
 	int iters = argc > 1 ? atoi(argv[1]) : 1000;
 	size_t maxbytes = argc > 2 ? strtoull(argv[2], NULL, 10) : (64u << 20);
+	int warmup = argc > 3 ? atoi(argv[3]) : 50;
 	int rank, n;
 	float *buf;
 	double t0, t;
 
-	if (iters < 1 || maxbytes < 4) {
-		fprintf(stderr, "usage: anchor_bench [ITERS >= 1 [MAXBYTES >= 4]]\n");
+	if (iters < 1 || maxbytes < 4 || warmup < 0) {
+		fprintf(stderr, "usage: anchor_bench [ITERS >= 1 [MAXBYTES >= 4 "
+			"[WARMUP >= 0]]]\n");
 		return 2;
 	}
 	check(dr_init_process_group(NULL, NULL), "init");
 	rank = dr_get_rank();
 	n = dr_get_world_size();
-	for (int i = 0; i < 50; i++)
+	for (int i = 0; i < warmup; i++)
 		check(dr_barrier(NULL, NULL, NULL, 0), "barrier");
 	t0 = now_s();
 	for (int i = 0; i < iters; i++)

@@ -1,0 +1,197 @@
+/*
+ * coll_shm_flags.h - inside the world's collectives through the job's
+ * segment: what the phase/flag engine (coll_shm_flags.c) gives the
+ * algorithms (coll_shm_reduce.c, coll_shm_move.c), the single copy
+ * (coll_shm_direct.c) and the entry (coll_shm.c).  Only those include it;
+ * coll_shm.h is what the rest of the runtime sees.
+ *
+ * An algorithm gets a struct call, takes a half or a small slot for
+ * each use (dri_cs_next_half, dri_cs_next_sub), writes its own slot,
+ * and meets the others with dri_cs_phase (everyone) or, flat and rooted,
+ * dri_cs_post (a writer), dri_cs_take then dri_cs_done (a reader).  The
+ * mismatch check, the waits, aborts and deadlines come with those.
+ */
+#ifndef DRI_COLL_SHM_FLAGS_H
+#define DRI_COLL_SHM_FLAGS_H
+
+#include <sched.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll.h"
+#include "seg.h"
+#include "shm.h"
+
+/* A rank checks a rooted call's records this many calls later (seg.h
+ * keeps DRI_SEG_CALLS of each rank's): how far a broadcast's root may
+ * run ahead of its slowest reader. */
+#define LAG (DRI_SEG_CALLS / 2)
+/* Rooted calls of at most SUB_BYTES go through one of NSUB small slots
+ * at the end of the halves (NSUB / 2 in each, with halves of at least
+ * SUB_HALF_MIN bytes: up to 16 ranks), taken in turn, so that LAG of
+ * them can be in flight: a half is written again after two uses, a
+ * small slot after NSUB.  The other uses keep off them. */
+#define NSUB 16
+#define SUB_BYTES ((size_t)16 << 10)
+#define SUB_HALF_MIN ((size_t)1 << 20)
+/* Single copy (coll_shm_direct.c): a flat non-reducing call whose
+ * readers read pieces of at least DIRECT_MIN bytes of a rank reads them
+ * with process_vm_readv once the probe found that it works and wins;
+ * pieces of DIRECT_SURE bytes and more once it found that it works.
+ * Those no longer fit the caches, where two copies move twice the bytes
+ * through memory that one does: process_vm_readv of 1 MiB ran at 16.5
+ * GB/s against 27.4 for memcpy (13.7 for two), of 32 MiB 10.4 against
+ * 13.6 (cma_rate, Intel), where the probe's 256 KiB, in the caches, go
+ * either way from one run to the next (a 64 MiB all_to_all of 2 ranks
+ * took 7.3 ms one way and 12.7 the other). */
+#define DIRECT_MIN ((size_t)32 << 10)
+#define DIRECT_SURE ((size_t)1 << 20)
+
+/* A call as this rank made it: its number among the calls through the
+ * flags (its record's place, seg.h), first and last phase, and whether
+ * it is still to be checked against every rank's (a rooted call that
+ * did not wait for them all). */
+struct rec {
+	uint64_t n, first, last;
+	dri_msg_id id;
+	int open;
+};
+
+/* This process's place in the sequence of phases and uses (the same on
+ * every rank), and its settings.  Only the world group's calls come
+ * here, one at a time (group.c orders them). */
+struct dri_cs_state {
+	uint64_t phase;
+	unsigned use;
+	uint64_t ncall;        /* calls through the flags */
+	uint64_t safe;         /* every other rank's up has reached it */
+	uint64_t need[2];      /* half h is written again once every
+				* other rank's up reaches need[h] */
+	unsigned sub;          /* small slots used */
+	uint64_t need_sub[NSUB]; /* the same for the small slots */
+	size_t sub_bytes;      /* of each small slot (0: none) */
+	size_t sub_off;        /* where they start in a half */
+	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
+	unsigned open;         /* bit k: past[k].open (close_past) */
+	unsigned waits;        /* oversubscribed: waits that looked at
+				* rebalancing, counted */
+	int configured, off, oversub;
+	int cpu;               /* 1 + the CPU last published (seg.h: cpu) */
+	cpu_set_t allowed;     /* the CPUs it may run on, as last seen */
+	int nallowed;          /* how many (0: unknown) */
+	uint64_t allowed_n;    /* dri_cs.ncall when last seen */
+	int64_t moved_ms;      /* when rebalance last moved this thread */
+	unsigned generation;   /* dri_shm_generation() configured for */
+	int64_t spin_us;
+	int direct_mode;       /* dri_shm_direct_mode() */
+	int direct;            /* single copy: 1 yes, -1 no, 0 not probed */
+	uint64_t a2av;         /* all_to_all_v calls through the flags */
+	int crowded;           /* the probe found a rank with more ranks
+				* than CPUs (the same on every rank) */
+	size_t chunk;          /* bytes of a half used per phase */
+	const char *in[DRI_SEG_SHM_MAX]; /* reduction inputs, rank order */
+	int nblk;              /* ranks blk holds (0: none yet) */
+	dri_seg_rank *blk[DRI_SEG_SHM_MAX]; /* dri_shm_blk(i), kept */
+	/* Flat: the record of the call in flight of each rank, read the
+	 * moment its up was seen at the call's first phase (the same line,
+	 * the same transfer), for the check once all have arrived; valid
+	 * while n1 is the call's number + 1. */
+	struct {
+		uint64_t n1;
+		dri_msg_id id;
+	} seen[DRI_SHM_FLAT_MAX];
+};
+extern struct dri_cs_state dri_cs;
+
+
+/* The call being run. */
+struct call {
+	const dri_op *op;
+	int p, r;
+	int tree, first;
+	int from;              /* flat: the rank waited for, -1: all */
+	int half;              /* of the current use, -1 before the first */
+	int sub;               /* its small slot, or -1 (a whole half) */
+	uint64_t e;            /* the phase waited for */
+	int cursor, stage;     /* how far waiting_for got */
+	int armed;             /* waiting in the transport: tell dri_shm_wait
+				* which flag (spinning: no need) */
+	int bad;               /* a rank whose call differs, or -1 */
+	int taking;            /* flat, rooted: waiting for every writer
+				* without having arrived (take(c, -1)) */
+	int inl;               /* flat, rooted: the data rides in the
+				* writers' records of the call (seg.h:
+				* dri_seg_rec), which the readers wait for */
+	const void *inl_src;   /* what begin puts in ours (inl_len bytes) */
+	size_t inl_len;
+	int64_t t0;            /* when it started (the deadline is in op->id) */
+	struct rec rec;        /* this call */
+};
+
+/* ------------------------------------------ the engine (coll_shm_flags.c) */
+
+/* At the first call of a process group (a new transport start): the
+ * settings, and every flag's count from 0 again. */
+void dri_cs_configure(void);
+/* World rank i's block of the segment (dri_shm_blk, kept). */
+dri_seg_rank *dri_cs_blk(int i);
+/* One phase: arrive (this rank's writes for it are done), wait until
+ * every rank has; at the call's first, the mismatch check. */
+dr_err dri_cs_phase(struct call *c);
+/* Rooted calls (flat): a writer arrives and goes on (post); a reader
+ * waits for rank from (-1: every other) to arrive (take), reads, then
+ * arrives (done). */
+void dri_cs_post(struct call *c);
+dr_err dri_cs_take(struct call *c, int from);
+void dri_cs_done(struct call *c);
+/* Waits until every other rank's up has reached v (flat). */
+dr_err dri_cs_await_all(struct call *c, uint64_t v);
+/* Call rec.n - LAG, if it was rooted: wait until every rank is past it
+ * and check every rank's record of it, and of the later rooted calls
+ * every rank is found past. */
+dr_err dri_cs_settle(struct call *c);
+/* Whether one of the last LAG calls is still to be checked. */
+int dri_cs_any_open(void);
+/* The half for the next use (*h), or the next small slot; writes: this
+ * rank will write its own, so it waits until the readers of its last
+ * use are done with it. */
+dr_err dri_cs_next_half(struct call *c, int writes, int *h);
+dr_err dri_cs_next_sub(struct call *c, int writes);
+/* Half h of rank r's slot; rank r's slot of the current use (its half
+ * or small slot); the data in rank r's record of the current call. */
+char *dri_cs_slot(int r, int h);
+char *dri_cs_cur_slot(const struct call *c, int r);
+char *dri_cs_inl_data(const struct call *c, int r);
+
+/* --------------------------------------- single copy (coll_shm_direct.c) */
+
+/* Whether this call's readers read pieces of `piece` bytes the single
+ * copy's way (*direct); if they may, this rank publishes addr and meets
+ * the others once (the call's first phase), probing first if no call
+ * has.  Then the reads, and one phase more before the call returns. */
+dr_err dri_cs_direct_start(struct call *c, size_t piece, size_t crowded_min,
+			   const void *addr, int *direct);
+/* n bytes at offset off of every other rank's published buffer into
+ * out + i * n (from < 0), or of rank from's alone into out. */
+dr_err dri_cs_direct_reads(const struct call *c, int from, char *out,
+			   size_t off, size_t n);
+/* Whether pieces of `piece` bytes go the single-copy way, as the probe
+ * found. */
+int dri_cs_direct_for(size_t piece);
+/* n bytes at offset off of rank peer's published buffer into dst. */
+dr_err dri_cs_cma_read(const struct call *c, int peer, void *dst, size_t off,
+		       size_t n);
+
+/* ------------------------------ algorithms (coll_shm_reduce.c, _move.c) */
+
+dr_err dri_cs_all_reduce(struct call *c);
+dr_err dri_cs_reduce(struct call *c);
+dr_err dri_cs_reduce_scatter(struct call *c);
+dr_err dri_cs_broadcast(struct call *c);
+/* all_gather (root < 0) and gather */
+dr_err dri_cs_gather(struct call *c, int root);
+/* scatter (all == 0) and all_to_all */
+dr_err dri_cs_spread(struct call *c, int all);
+dr_err dri_cs_a2av(struct call *c);
+
+#endif /* DRI_COLL_SHM_FLAGS_H */
