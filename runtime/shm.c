@@ -26,12 +26,16 @@
  * a rank that exits without a word, each rank holds a pidfd for each shm
  * peer it has sent to or received from (opened then, so 256 ranks do not
  * hold 255 each) and looks at them every DEATH_CHECK_MS, so a dead peer
- * is seen within that time whatever the call's timeout.
+ * is seen within that time whatever the call's timeout (without pidfds,
+ * kill(pid, 0) tells the same once the peer is reaped).  A peer that
+ * leaves on purpose says BYE through its ring first, and transport.c
+ * fails every wait for it from then on, flags included.
  */
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +59,12 @@
 
 enum { MODE_AUTO, MODE_SHM, MODE_TCP };
 
+/* M.pidfd[i] when it holds no pidfd: not watched; watched without one
+ * (no pidfd_open before Linux 5.3, or no fd left), by kill(pid, 0); its
+ * process was gone when the watch began (pidfd_open: ESRCH); its death
+ * reported once already. */
+enum { W_OFF = -1, W_PID = -2, W_GONE = -3, W_SEEN = -4 };
+
 static struct {
 	int mode;
 	dri_seg_hdr *h;
@@ -62,7 +72,7 @@ static struct {
 	int on;
 	int *local;            /* world rank -> local index, -1: TCP */
 	int *world;            /* local index -> world rank, -1: none */
-	int *pidfd;            /* world rank -> pidfd, -1: none */
+	int *pidfd;            /* world rank -> pidfd, or W_* below */
 	int *host_of;          /* world rank -> lowest world rank on its host */
 	int npeers, ntcp;
 	int oversub;
@@ -364,7 +374,7 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 		char *bar = strchr(addrs[i], '|');
 
 		M.local[i] = -1;
-		M.pidfd[i] = -1;
+		M.pidfd[i] = W_OFF;
 		sfx[i] = "";
 		if (bar) {
 			*bar = 0; /* the TCP address stays in addrs[i] */
@@ -662,32 +672,54 @@ dr_err dri_shm_aborted(char *msg, size_t size)
 void dri_shm_watch(int peer)
 {
 	int32_t pid;
+	int fd;
 
-	if (!dri_shm_is_peer(peer) || M.pidfd[peer] != -1)
+	if (!dri_shm_is_peer(peer) || M.pidfd[peer] != W_OFF)
 		return;
 	pid = __atomic_load_n(&blk(M.local[peer])->pid, __ATOMIC_ACQUIRE);
-	M.pidfd[peer] = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
-	if (M.pidfd[peer] < 0)
-		M.pidfd[peer] = -2; /* no pidfd (old kernel, no fds): the launcher's word only */
+	if (pid <= 0)
+		return;
+	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	/* A peer that is already gone must not go unwatched (it may have
+	 * exited between two calls, and been reaped), nor one we cannot
+	 * get a pidfd for: the launcher's abort word is raised only for a
+	 * rank that failed, not for one that returned 0. */
+	M.pidfd[peer] = fd >= 0 ? fd : errno == ESRCH ? W_GONE : W_PID;
+}
+
+/* Whether the process of watched peer i has exited. */
+static int peer_gone(int i)
+{
+	struct pollfd p;
+	int32_t pid;
+
+	if (M.pidfd[i] >= 0) {
+		p = (struct pollfd){ M.pidfd[i], POLLIN, 0 };
+		if (poll(&p, 1, 0) != 1)
+			return 0;
+		close(M.pidfd[i]);
+		return 1;
+	}
+	if (M.pidfd[i] == W_GONE)
+		return 1;
+	if (M.pidfd[i] != W_PID)
+		return 0;
+	/* Without a pidfd: gone once reaped (a zombie still answers, but
+	 * its parent, distrun or another launcher, reaps it at once). */
+	pid = __atomic_load_n(&blk(M.local[i])->pid, __ATOMIC_ACQUIRE);
+	return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH;
 }
 
 int dri_shm_dead_peer(int64_t now_ms)
 {
-	struct pollfd p;
-
 	if (!M.pidfd || now_ms < M.next_check)
 		return -1;
 	M.next_check = now_ms + DEATH_CHECK_MS;
-	for (int i = 0; i < M.size; i++) {
-		if (M.pidfd[i] < 0)
-			continue;
-		p = (struct pollfd){ M.pidfd[i], POLLIN, 0 };
-		if (poll(&p, 1, 0) == 1) {
-			close(M.pidfd[i]);
-			M.pidfd[i] = -2;
+	for (int i = 0; i < M.size; i++)
+		if (peer_gone(i)) {
+			M.pidfd[i] = W_SEEN;
 			return i;
 		}
-	}
 	return -1;
 }
 
