@@ -141,9 +141,10 @@ static dr_err monitored_run(dri_op *op)
 dr_err dr_monitored_barrier(dr_group *group, int64_t timeout_ms,
 			    int wait_all_ranks)
 {
+	dri_args a = { .group = group };
 	dri_op op = { 0 };
 	dr_group *g;
-	dr_err err = dri_coll_group("monitored_barrier", group, &g);
+	dr_err err = dri_args_check(DRI_E_MONITORED_BARRIER, &a, &g);
 
 	if (err)
 		return err;

@@ -425,6 +425,14 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 		return dri_fail(DR_EALREADY, "dr_init_process_group: the process "
 				"group is already initialized (rank %d of %d)",
 				I.rank, I.size);
+	/* -1 (or a world_size of 0) takes the environment's; any other
+	 * value below 0 is a mistake, not a request for the default. */
+	if (opts->rank < -1 || opts->world_size < -1 ||
+	    (opts->world_size > 0 && opts->rank >= opts->world_size))
+		return dri_fail(DR_EINVAL, "dr_init_process_group: rank %d of "
+				"world_size %d: each must be -1 (from the "
+				"environment) or a rank below a size above 0",
+				opts->rank, opts->world_size);
 	backend = opts->backend;
 	if (backend && strcmp(backend, "tcp") && strcmp(backend, "gloo"))
 		return dri_fail(DR_EINVAL, "dr_init_process_group: backend '%s' "

@@ -153,3 +153,18 @@ mismatch() {
 @test "a stranger's connections to a rank are dropped, the job goes on" {
 	check 2 stranger
 }
+
+@test "every entry point refuses out-of-range arguments on the calling rank alone: one at a time, then 20000 random calls; the group stays sound" {
+	# tests/c/api_fuzz.c: negative and INT_MIN ops, dtypes, roots, peers
+	# and tags, counts whose size wraps, NULL buffers and count arrays,
+	# a group without the rank, device lists, NULL work, bad init options
+	run "$DISTRUN" --timeout 120s -n 3 "$CTESTS/api_fuzz" 20000 "$RANDOM"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: api_fuzz ok ([0-9]\{5,\} calls refused)$' <<<"$output"
+	every_rank 3 'api_fuzz ok'
+	# on 4 ranks through TCP
+	run env DISTRUN_TRANSPORT=tcp "$DISTRUN" --timeout 120s -n 4 "$CTESTS/api_fuzz" 2000
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank 4 'api_fuzz ok'
+}
