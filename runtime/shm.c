@@ -233,6 +233,34 @@ static dr_err host_id(int slot)
 	return DR_OK;
 }
 
+/* Waits (up to the job's timeout) until no other local rank whose
+ * process lives is in a process group (seg.h: active).  Only a rank that
+ * joins again can find one: in a job's first group nobody is yet. */
+static dr_err wait_peers_left(void)
+{
+	int64_t deadline = dri_now_ms() + dri_timeout_ms();
+
+	for (uint32_t l = 0; l < M.h->nranks; l++) {
+		dri_seg_rank *b = blk((int)l);
+
+		while ((int)l != M.me &&
+		       __atomic_load_n(&b->active, __ATOMIC_ACQUIRE)) {
+			int32_t pid = __atomic_load_n(&b->pid, __ATOMIC_ACQUIRE);
+
+			if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+				break; /* gone without a destroy */
+			if (dri_now_ms() >= deadline)
+				return dri_fail(DR_ETIMEDOUT, "local rank %u (pid %d) "
+						"is still in the last process group "
+						"after %lld ms: every rank must destroy "
+						"it before the new one can start", l,
+						(int)pid, (long long)dri_timeout_ms());
+			nanosleep(&(struct timespec){ 0, 1000 * 1000 }, NULL);
+		}
+	}
+	return DR_OK;
+}
+
 dr_err dri_shm_addr_suffix(char *buf, size_t size)
 {
 	dri_seg_hdr *h = dri_seg_get();
@@ -266,6 +294,12 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 		snprintf(buf + 1 + 2 * i, size - 1 - 2 * i, "%02x", h->job_id[i]);
 	snprintf(buf + 33, size - 33, ".%016llx/%s/%d",
 		 (unsigned long long)h->nonce, M.host, M.me);
+	/* A peer still in the last process group may read our flags (its
+	 * last call) and write to our rings (its goodbye): not before it
+	 * has left may we start again. */
+	err = wait_peers_left();
+	if (err)
+		return err;
 	/* Our inbound rings start empty: what an earlier process group of
 	 * ours left unread there is not for this one.  No peer writes to
 	 * us before it has our address, which is published after this. */
@@ -425,6 +459,8 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	M.next_check = 0;
 	M.on = 1;
 	M.generation++;
+	if (M.h)
+		__atomic_store_n(&blk(M.me)->active, 1, __ATOMIC_RELEASE);
 	/* With the whole world here, the collectives wait on flags, not
 	 * messages: watch, from now while they live, the ranks whose flags
 	 * this rank waits for (coll_shm.c: all of them, or its parent and
@@ -440,6 +476,9 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 
 void dri_shm_stop(void)
 {
+	/* After the transport's goodbyes: nothing more of ours comes. */
+	if (M.on && M.h && M.me >= 0)
+		__atomic_store_n(&blk(M.me)->active, 0, __ATOMIC_RELEASE);
 	for (int i = 0; M.pidfd && i < M.size; i++)
 		if (M.pidfd[i] >= 0)
 			close(M.pidfd[i]);

@@ -168,3 +168,17 @@ mismatch() {
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	every_rank 4 'api_fuzz ok'
 }
+
+@test "destroy and init again with the ranks out of step: one rank (rank 0, whose store the others use, every other round) destroys 300 ms after the others init again" {
+	# tests/c/reinit.c: six rounds, each checks its collectives and a ring
+	run "$DISTRUN" --timeout 120s -n 3 "$CTESTS/reinit" 6 300
+	echo "$output"
+	[ "$status" -eq 0 ]
+	every_rank 3 'reinit ok (6 rounds)'
+	run env DISTRUN_TRANSPORT=tcp "$DISTRUN" --timeout 120s -n 4 "$CTESTS/reinit" 4 300
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank 4 'reinit ok (4 rounds)'
+	run env DISTRUN_PRETEND_HOSTS=2 "$DISTRUN" --timeout 120s -n 4 "$CTESTS/reinit" 4 300
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank 4 'reinit ok (4 rounds)'
+}
