@@ -428,8 +428,8 @@ static dr_err rendezvous(int64_t t)
 		free(addrs);
 	}
 out:
-	memset(skey, 0, sizeof(skey));
-	memset(tkey, 0, sizeof(tkey));
+	explicit_bzero(skey, sizeof(skey));
+	explicit_bzero(tkey, sizeof(tkey));
 	return err;
 }
 

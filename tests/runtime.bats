@@ -182,3 +182,20 @@ mismatch() {
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	every_rank 4 'reinit ok (4 rounds)'
 }
+
+@test "the library's threads block every asynchronous signal: a process-directed SIGUSR1 runs the program's handler on its own thread" {
+	run "$DISTRUN" --timeout 60s -n 3 "$CTESTS/threads_check" sigmask
+	echo "$output"
+	[ "$status" -eq 0 ]
+	every_rank 3 'sigmask ok ([1-9] library threads)'
+}
+
+@test "a program's threads that make blocking calls and exit leave no scratch memory behind" {
+	# over TCP, where a blocking 1 MiB all_reduce keeps ~0.5 MiB of
+	# scratch in its calling thread
+	run env DISTRUN_TRANSPORT=tcp "$DISTRUN" --timeout 120s -n 2 \
+		"$CTESTS/threads_check" scratch 100
+	echo "$output"
+	[ "$status" -eq 0 ]
+	every_rank 2 'scratch ok'
+}
