@@ -191,7 +191,9 @@ bye_fails_fast() {
 @test "the same on the other paths: single copy, a tree of flags, hierarchical, messages through the rings" {
 	DISTRUN_SHM_DIRECT=on bye_fails_fast 3 return $((16 << 20))
 	bye_fails_fast 20 destroy 0 barrier
-	DISTRUN_PRETEND_HOSTS=2 bye_fails_fast 4 return $((1 << 20))
+	# (small: a rank that fails with a full ring to a peer cannot put
+	# its ABORT frame there, and that peer then names it instead)
+	DISTRUN_PRETEND_HOSTS=2 bye_fails_fast 4 return 4096
 	DISTRUN_SHM_COLL=0 bye_fails_fast 3 destroy 4096
 }
 
