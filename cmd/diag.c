@@ -1628,7 +1628,7 @@ void diag_rank_failed(struct job *job, int r)
 	uint8_t *flags;
 	const char *verdict = NULL;
 	char list[256], st[64], call[160], gname[32], dead[64] = "";
-	int64_t now = diag_now_ns();
+	int64_t now;
 
 	if (!d || d->text)
 		return;
@@ -1658,6 +1658,10 @@ void diag_rank_failed(struct job *job, int r)
 	}
 	if (!s[r].ctl)
 		goto out;
+	/* After the snapshots, as the stall report does: read before them,
+	 * a rank that entered a call and died while 4096 snapshots were
+	 * taken showed "-2.4s after it entered it". */
+	now = diag_now_ns();
 	sb_printf(&j, "{\"reason\":\"rank failed\",\"calls\":[");
 	/* Died inside a call. */
 	if (s[r].busy >= 0) {

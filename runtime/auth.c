@@ -113,7 +113,7 @@ void dri_sha256_final(dri_sha256_ctx *c, uint8_t out[32])
 	for (int i = 0; i < 8; i++)
 		for (int j = 0; j < 4; j++)
 			out[4 * i + j] = (uint8_t)(c->h[i] >> (24 - 8 * j));
-	memset(c, 0, sizeof(*c));
+	explicit_bzero(c, sizeof(*c));
 }
 
 void dri_sha256(const void *p, size_t n, uint8_t out[32])
@@ -143,8 +143,8 @@ void dri_hmac_init(dri_hmac_ctx *c, const void *key, size_t klen)
 		pad[i] = k[i] ^ 0x5c;
 	dri_sha256_init(&c->outer);
 	dri_sha256_update(&c->outer, pad, 64);
-	memset(k, 0, sizeof(k));
-	memset(pad, 0, sizeof(pad));
+	explicit_bzero(k, sizeof(k));
+	explicit_bzero(pad, sizeof(pad));
 }
 
 void dri_hmac_update(dri_hmac_ctx *c, const void *p, size_t n)
@@ -159,7 +159,9 @@ void dri_hmac_final(dri_hmac_ctx *c, uint8_t out[32])
 	dri_sha256_final(&c->inner, ih);
 	dri_sha256_update(&c->outer, ih, sizeof(ih));
 	dri_sha256_final(&c->outer, out);
-	memset(ih, 0, sizeof(ih));
+	explicit_bzero(ih, sizeof(ih));
+	/* inner and outer were started from the key's pads */
+	explicit_bzero(c, sizeof(*c));
 }
 
 void dri_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
@@ -293,7 +295,7 @@ static dr_err read_secret_file(const char *what, const char *path,
 		err = dri_fail(DR_EENV, "%s %s holds %zu bytes: a secret needs "
 			       "at least %d", what, path, *n, SECRET_MIN);
 out:
-	memset(buf, 0, sizeof(buf));
+	explicit_bzero(buf, sizeof(buf));
 	close(fd);
 	return err;
 }
@@ -365,12 +367,12 @@ static dr_err user_key_file(unsigned char *out, size_t *n)
 		for (int i = 0; i < KEYFILE_BYTES; i++)
 			snprintf(hex + 2 * i, 3, "%02x", raw[i]);
 		hex[2 * KEYFILE_BYTES] = '\n';
-		memset(raw, 0, sizeof(raw));
+		explicit_bzero(raw, sizeof(raw));
 		if (!err && (write(fd, hex, sizeof(hex)) != (ssize_t)sizeof(hex) ||
 			     fsync(fd) < 0))
 			err = dri_fail(DR_EENV, "per-user key file: cannot write "
 				       "%s: %s", tmp, dri_strerror(errno));
-		memset(hex, 0, sizeof(hex));
+		explicit_bzero(hex, sizeof(hex));
 		close(fd);
 		if (!err && link(tmp, path) < 0 && errno != EEXIST)
 			err = dri_fail(DR_EENV, "per-user key file: cannot "
@@ -439,7 +441,7 @@ dr_err dri_auth_store_key(const char *identity, uint8_t key[DRI_KEY_LEN])
 		dri_hmac_update(&c, identity, strlen(identity));
 		dri_hmac_final(&c, key);
 	}
-	memset(secret, 0, SECRET_MAX);
+	explicit_bzero(secret, SECRET_MAX);
 	free(secret);
 	return err;
 }

@@ -2,6 +2,7 @@
  * clock.c - the monotonic clock and the duration parser (see clock.h).
  */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -126,4 +127,25 @@ void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
 		ts.tv_nsec -= 1000000000;
 	}
 	pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
+}
+
+int dri_thread_start(pthread_t *t, const pthread_attr_t *attr,
+		     void *(*fn)(void *), void *arg)
+{
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+				      SIGTRAP, SIGSYS };
+	sigset_t all, old;
+	int rc;
+
+	sigfillset(&all);
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		sigdelset(&all, faults[i]);
+	/* The new thread inherits the mask in force when it is created. */
+	rc = pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (rc)
+		return rc;
+	rc = pthread_create(t, attr, fn, arg);
+	/* cannot fail: a valid how, a set it gave us */
+	(void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }

@@ -48,4 +48,15 @@ int dri_duration_parse(const char *s, int64_t *ms, const char **why);
  * wait.  Every condition wait of distrun goes through here. */
 void dri_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 
+/* pthread_create for the library's own threads (progress, store server,
+ * CUDA synchronisation): the thread starts with every asynchronous
+ * signal blocked, whatever the caller's mask, so that a program's
+ * SIGINT, SIGTERM, SIGCHLD or timer signal goes to a thread of the
+ * program, never runs its handler on ours (nor interrupts our system
+ * calls).  The faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS)
+ * stay unblocked: blocked, a crash would kill the process without the
+ * program's or a sanitizer's handler.  Returns pthread_create's value. */
+int dri_thread_start(pthread_t *t, const pthread_attr_t *attr,
+		     void *(*fn)(void *), void *arg);
+
 #endif

@@ -152,26 +152,110 @@ void dri_group_free(dr_group *group);
 
 /* ------------------------------------------------ entry-point checks */
 
+/* Every public entry point of the collectives and point-to-point, and the
+ * arguments it takes, in one table: coll_common.c checks each call's
+ * arguments from its row before anything is sent, so a bad call fails on
+ * its rank alone with DR_EINVAL (DR_ENOINIT, DR_ENOTMEMBER, DR_ENOTSUP)
+ * naming the call and the argument, and its peers never see it.  A call
+ * takes only the checks its row names; tests/c/api_fuzz.c drives every
+ * row with out-of-range values.
+ *
+ *   XX(ID, name, args, root, buf1, buf2)
+ *
+ * args: DRI_A_* below.  root: the name of its root argument (a world
+ * rank of the group), NULL if none.  buf1 (sendbuf, or buf for a call
+ * with one buffer) and buf2 (recvbuf): how many elements each holds,
+ * DRI_B_*. */
+enum {
+	DRI_A_DTYPE = 1 << 0,   /* dtype in range */
+	DRI_A_OP = 1 << 1,      /* a reduction op in range, valid for dtype */
+	DRI_A_PEER = 1 << 2,    /* peer: a world rank of the group, not us */
+	DRI_A_ANY = 1 << 3,     /* ... or DR_ANY_SOURCE */
+	DRI_A_TAG = 1 << 4,     /* tag >= 0 */
+	DRI_A_MEMBER = 1 << 5,  /* the caller must be in the group */
+	DRI_A_WORK = 1 << 6,    /* work must not be NULL (asynchronous only) */
+	DRI_A_DEVICES = 1 << 7, /* device_ids: n >= 0, not NULL when n > 0 */
+	DRI_A_DEVICE1 = 1 << 8, /* ... and n >= 1 */
+	DRI_A_COUNTS = 1 << 9,  /* send_counts, recv_counts: both, group size
+				 * each, summing to what fits in memory, the
+				 * piece to itself the same in both */
+};
+enum {
+	DRI_B_NONE,       /* no such buffer */
+	DRI_B_ONE,        /* count elements */
+	DRI_B_GROUP,      /* count x group size */
+	DRI_B_ROOT_GROUP, /* count x group size on the root; ignored (may be
+			   * NULL) elsewhere, but its size is checked on
+			   * every rank, so that all fail alike */
+	DRI_B_COUNTS,     /* the sum of send_counts (buf1) or recv_counts */
+};
+#define DRI_ENTRY_MAP(XX)                                                      \
+	XX(ALL_REDUCE, "dr_all_reduce", DRI_A_DTYPE | DRI_A_OP, NULL,          \
+	   DRI_B_ONE, DRI_B_NONE)                                              \
+	XX(BROADCAST, "dr_broadcast", DRI_A_DTYPE, "src", DRI_B_ONE,           \
+	   DRI_B_NONE)                                                         \
+	XX(REDUCE, "dr_reduce", DRI_A_DTYPE | DRI_A_OP, "dst", DRI_B_ONE,      \
+	   DRI_B_NONE)                                                         \
+	XX(ALL_GATHER, "dr_all_gather", DRI_A_DTYPE, NULL, DRI_B_ONE,          \
+	   DRI_B_GROUP)                                                        \
+	XX(GATHER, "dr_gather", DRI_A_DTYPE, "dst", DRI_B_ONE,                 \
+	   DRI_B_ROOT_GROUP)                                                   \
+	XX(SCATTER, "dr_scatter", DRI_A_DTYPE, "src", DRI_B_ROOT_GROUP,        \
+	   DRI_B_ONE)                                                          \
+	XX(REDUCE_SCATTER, "dr_reduce_scatter", DRI_A_DTYPE | DRI_A_OP, NULL,  \
+	   DRI_B_GROUP, DRI_B_ONE)                                             \
+	XX(ALL_TO_ALL, "dr_all_to_all", DRI_A_DTYPE, NULL, DRI_B_GROUP,        \
+	   DRI_B_GROUP)                                                        \
+	XX(ALL_TO_ALL_V, "dr_all_to_all_v", DRI_A_DTYPE | DRI_A_COUNTS, NULL,  \
+	   DRI_B_COUNTS, DRI_B_COUNTS)                                         \
+	XX(BARRIER, "dr_barrier", DRI_A_DEVICES, NULL, DRI_B_NONE, DRI_B_NONE) \
+	XX(CUDA_BARRIER_DEVICE, "dr_cuda_barrier_device",                      \
+	   DRI_A_DEVICES | DRI_A_DEVICE1, NULL, DRI_B_NONE, DRI_B_NONE)        \
+	XX(MONITORED_BARRIER, "dr_monitored_barrier", 0, NULL, DRI_B_NONE,     \
+	   DRI_B_NONE)                                                         \
+	XX(SEND, "dr_send", DRI_A_DTYPE | DRI_A_PEER | DRI_A_TAG |             \
+	   DRI_A_MEMBER, NULL, DRI_B_ONE, DRI_B_NONE)                          \
+	XX(RECV, "dr_recv", DRI_A_DTYPE | DRI_A_PEER | DRI_A_ANY | DRI_A_TAG | \
+	   DRI_A_MEMBER, NULL, DRI_B_ONE, DRI_B_NONE)                          \
+	XX(ISEND, "dr_isend", DRI_A_DTYPE | DRI_A_PEER | DRI_A_TAG |           \
+	   DRI_A_MEMBER | DRI_A_WORK, NULL, DRI_B_ONE, DRI_B_NONE)             \
+	XX(IRECV, "dr_irecv", DRI_A_DTYPE | DRI_A_PEER | DRI_A_ANY |           \
+	   DRI_A_TAG | DRI_A_MEMBER | DRI_A_WORK, NULL, DRI_B_ONE, DRI_B_NONE)
+
+typedef enum {
+#define DRI_XX_ENTRY(id, name, args, root, b1, b2) DRI_E_##id,
+	DRI_ENTRY_MAP(DRI_XX_ENTRY)
+#undef DRI_XX_ENTRY
+	DRI_E_COUNT_
+} dri_entry;
+
+/* A call's arguments, as its entry point got them; those its row does not
+ * name are not looked at. */
+typedef struct {
+	dr_group *group;           /* NULL: the world */
+	dr_dtype dtype;
+	int op;                    /* a dr_op, as an int: any value is checked */
+	int root;                  /* world rank */
+	int peer, tag;             /* point-to-point */
+	const void *buf1, *buf2;   /* sendbuf (or buf), recvbuf */
+	size_t count;
+	const size_t *send_counts, *recv_counts;
+	const int *device_ids;
+	int n_device_ids;
+	dr_work **work;            /* set to NULL first, when not NULL */
+} dri_args;
+
+/* "dr_all_reduce" ...: the entry point's name, as its messages give it. */
+const char *dri_entry_name(dri_entry e);
+/* Checks a's arguments against row e: initialized (DR_ENOINIT), the
+ * group not destroyed, then each argument the row names (DR_EINVAL, or
+ * DR_ENOTSUP for an op that does not apply to the dtype, DR_ENOTMEMBER
+ * for point-to-point outside the group).  *out receives the group. */
+dr_err dri_args_check(dri_entry e, const dri_args *a, dr_group **out);
 /* Checks that the process group is initialized (DR_ENOINIT) and resolves
- * group (NULL = world) into *out. */
+ * group (NULL = world) into *out (dr_new_group, which checks its list of
+ * ranks itself: a bad list still takes part in the agreement). */
 dr_err dri_coll_group(const char *call, dr_group *group, dr_group **out);
-/* Resolves group (NULL = world) and checks what every collective checks:
- * initialized (DR_ENOINIT), dtype in range and, when op >= 0, op in range
- * and applicable to dtype; names the call in the message.  *out receives
- * the group. */
-dr_err dri_coll_check(const char *call, dr_group *group, dr_group **out,
-		      dr_dtype dtype, int op);
-/* root (a world rank) must be a member of g: DR_EINVAL otherwise. */
-dr_err dri_coll_check_root(const char *call, const dr_group *g, int root,
-			   const char *what);
-/* The one check of a buffer argument, used by every collective and
- * point-to-point entry point: a buffer of count x mult elements of dtype
- * (mult: the group size for gather's recvbuf and the like, else 1) must
- * have a size that fits in memory without wrapping (DR_EINVAL naming the
- * count otherwise: a wrapped size would send or reduce the wrong number
- * of bytes), and may be NULL only when it is empty. */
-dr_err dri_coll_check_buf(const char *call, const void *buf, size_t count,
-			  size_t mult, dr_dtype dtype, const char *what);
 
 /* Fills what every collective's dri_op holds: run, the identity of its
  * messages (redop and root -1 when the call has none), group, buffers

@@ -407,16 +407,12 @@ static dr_err allreduce_run(dri_op *op)
 dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 		     dr_group *group, dr_work **work)
 {
+	dri_args a = { .group = group, .dtype = dtype, .op = (int)redop,
+			.buf1 = buf, .count = count, .work = work };
 	dri_op op;
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(DRI_E_ALL_REDUCE, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check("dr_all_reduce", group, &g, dtype, (int)redop);
-	if (!err)
-		err = dri_coll_check_buf("dr_all_reduce", buf, count, 1, dtype,
-					 "buf");
 	if (err)
 		return err;
 	if (!work && g == dri_world() &&

@@ -122,60 +122,26 @@ out:
 	return err;
 }
 
-static dr_err all_to_all_submit(const char *call, const void *sendbuf,
+static dr_err all_to_all_submit(dri_entry e, const void *sendbuf,
 				const size_t *send_counts, void *recvbuf,
 				const size_t *recv_counts, size_t count,
 				dr_dtype dtype, dr_group *group, dr_work **work)
 {
+	dri_args a = { .group = group, .dtype = dtype, .buf1 = sendbuf,
+			.buf2 = recvbuf, .count = count,
+			.send_counts = send_counts, .recv_counts = recv_counts,
+			.work = work };
 	dri_op op = { 0 };
-	size_t stotal, rtotal;
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(e, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check(call, group, &g, dtype, -1);
-	if (err)
-		return err;
-	if (send_counts || recv_counts) {
-		size_t lim = SIZE_MAX / dr_dtype_size(dtype);
-
-		if (!send_counts || !recv_counts)
-			return dri_fail(DR_EINVAL, "%s: %s is NULL", call,
-					send_counts ? "recv_counts" : "send_counts");
-		stotal = rtotal = 0;
-		for (int i = 0; i < g->size; i++) {
-			if (send_counts[i] > lim - stotal ||
-			    recv_counts[i] > lim - rtotal)
-				return dri_fail(DR_EINVAL, "%s: counts add up to "
-						"more than memory", call);
-			stotal += send_counts[i];
-			rtotal += recv_counts[i];
-		}
-		if (g->rank >= 0 && send_counts[g->rank] != recv_counts[g->rank])
-			return dri_fail(DR_EINVAL, "%s: send_counts[%d] = %zu but "
-					"recv_counts[%d] = %zu (this rank's piece "
-					"to itself)", call, g->rank,
-					send_counts[g->rank], g->rank,
-					recv_counts[g->rank]);
-		err = dri_coll_check_buf(call, sendbuf, stotal, 1, dtype,
-					 "sendbuf");
-		if (!err)
-			err = dri_coll_check_buf(call, recvbuf, rtotal, 1, dtype,
-						 "recvbuf");
-	} else {
-		err = dri_coll_check_buf(call, sendbuf, count, (size_t)g->size,
-					 dtype, "sendbuf");
-		if (!err)
-			err = dri_coll_check_buf(call, recvbuf, count,
-						 (size_t)g->size, dtype, "recvbuf");
-	}
 	if (err)
 		return err;
 	if (send_counts) {
 		op.counts = malloc(2 * (size_t)g->size * sizeof(*op.counts));
 		if (!op.counts)
-			return dri_fail(DR_ENOMEM, "%s: out of memory", call);
+			return dri_fail(DR_ENOMEM, "%s: out of memory",
+					dri_entry_name(e));
 		memcpy(op.counts, send_counts, (size_t)g->size * sizeof(size_t));
 		memcpy(op.counts + g->size, recv_counts,
 		       (size_t)g->size * sizeof(size_t));
@@ -189,7 +155,7 @@ static dr_err all_to_all_submit(const char *call, const void *sendbuf,
 dr_err dr_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
 		     dr_dtype dtype, dr_group *group, dr_work **work)
 {
-	return all_to_all_submit("all_to_all", sendbuf, NULL, recvbuf, NULL,
+	return all_to_all_submit(DRI_E_ALL_TO_ALL, sendbuf, NULL, recvbuf, NULL,
 				 count, dtype, group, work);
 }
 
@@ -197,6 +163,6 @@ dr_err dr_all_to_all_v(const void *sendbuf, const size_t *send_counts,
 		       void *recvbuf, const size_t *recv_counts,
 		       dr_dtype dtype, dr_group *group, dr_work **work)
 {
-	return all_to_all_submit("all_to_all_v", sendbuf, send_counts, recvbuf,
-				 recv_counts, 0, dtype, group, work);
+	return all_to_all_submit(DRI_E_ALL_TO_ALL_V, sendbuf, send_counts,
+				 recvbuf, recv_counts, 0, dtype, group, work);
 }

@@ -52,27 +52,26 @@ static dr_err barrier_run(dri_op *op)
 
 /* dr_barrier and dr_cuda_barrier_device: the same barrier, after the
  * listed devices' streams (marked at submission) or the devices whole. */
-static dr_err barrier_submit(const char *call, dr_group *group, dr_work **work,
+static dr_err barrier_submit(dri_entry e, dr_group *group, dr_work **work,
 			     const int *device_ids, int n_device_ids,
 			     int whole_device)
 {
+	dri_args a = { .group = group, .device_ids = device_ids,
+			.n_device_ids = n_device_ids, .work = work };
+	const char *call = dri_entry_name(e);
 	dri_op op;
 	dr_group *g;
 	dr_err err;
 
-	if (work)
-		*work = NULL;
 	/* Blocking, of the world, no devices: most often at once through
 	 * the segment's flags. */
-	if (!work && !n_device_ids && (!group || group == dri_world()) &&
+	if (e == DRI_E_BARRIER && !work && !n_device_ids &&
+	    (!group || group == dri_world()) &&
 	    dri_shm_quick(DRI_BARRIER, NULL, 0, (dr_dtype)-1, DR_SUM, &err))
 		return err;
-	err = dri_coll_check(call, group, &g, DR_UINT8, -1);
+	err = dri_args_check(e, &a, &g);
 	if (err)
 		return err;
-	if (n_device_ids < 0 || (n_device_ids > 0 && !device_ids))
-		return dri_fail(DR_EINVAL, "%s: %d device ids at %p", call,
-				n_device_ids, (const void *)device_ids);
 	memset(&op, 0, sizeof(op));
 	dri_coll_op(&op, barrier_run, DRI_BARRIER, g, NULL, NULL, 0,
 		    (dr_dtype)-1, -1, -1);
@@ -90,17 +89,13 @@ static dr_err barrier_submit(const char *call, dr_group *group, dr_work **work,
 dr_err dr_barrier(dr_group *group, dr_work **work, const int *device_ids,
 		  int n_device_ids)
 {
-	return barrier_submit("dr_barrier", group, work, device_ids,
+	return barrier_submit(DRI_E_BARRIER, group, work, device_ids,
 			      n_device_ids, 0);
 }
 
 dr_err dr_cuda_barrier_device(dr_group *group, dr_work **work,
 			      const int *device_ids, int n_device_ids)
 {
-	if (n_device_ids <= 0 || !device_ids)
-		return dri_fail(DR_EINVAL, "dr_cuda_barrier_device: %d device "
-				"ids at %p: it needs at least one", n_device_ids,
-				(const void *)device_ids);
-	return barrier_submit("dr_cuda_barrier_device", group, work,
+	return barrier_submit(DRI_E_CUDA_BARRIER_DEVICE, group, work,
 			      device_ids, n_device_ids, 1);
 }

@@ -85,18 +85,12 @@ static dr_err broadcast_run(dri_op *op)
 dr_err dr_broadcast(void *buf, size_t count, dr_dtype dtype, int src,
 		    dr_group *group, dr_work **work)
 {
+	dri_args a = { .group = group, .dtype = dtype, .root = src,
+			.buf1 = buf, .count = count, .work = work };
 	dri_op op;
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(DRI_E_BROADCAST, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check("dr_broadcast", group, &g, dtype, -1);
-	if (!err)
-		err = dri_coll_check_root("dr_broadcast", g, src, "src");
-	if (!err)
-		err = dri_coll_check_buf("dr_broadcast", buf, count, 1, dtype,
-					 "buf");
 	if (err)
 		return err;
 	memset(&op, 0, sizeof(op));

@@ -40,45 +40,33 @@ dr_err dri_coll_group(const char *call, dr_group *group, dr_group **out)
 	return DR_OK;
 }
 
-dr_err dri_coll_check(const char *call, dr_group *group, dr_group **out,
-		      dr_dtype dtype, int op)
-{
-	dr_err err = dri_coll_group(call, group, out);
+static const struct {
+	const char *name;
+	unsigned args;
+	const char *root;
+	int buf1, buf2;
+} entries[DRI_E_COUNT_] = {
+#define DRI_XX_ENTRY(id, name, args, root, b1, b2) \
+	[DRI_E_##id] = { name, args, root, b1, b2 },
+	DRI_ENTRY_MAP(DRI_XX_ENTRY)
+#undef DRI_XX_ENTRY
+};
 
-	if (err)
-		return err;
-	if ((unsigned)dtype >= DR_DTYPE_COUNT_)
-		return dri_fail(DR_EINVAL, "%s: invalid dtype %d", call,
-				(int)dtype);
-	if (op < 0)
-		return DR_OK;
-	if (op >= DR_OP_COUNT_)
-		return dri_fail(DR_EINVAL, "%s: invalid op %d", call, op);
-	err = dri_reduce_check(dtype, (dr_op)op);
-	if (err)
-		return dri_fail(err, "%s: op %s does not apply to %s", call,
-				dr_op_name((dr_op)op), dr_dtype_name(dtype));
-	return DR_OK;
-}
-
-dr_err dri_coll_check_root(const char *call, const dr_group *g, int root,
-			   const char *what)
+const char *dri_entry_name(dri_entry e)
 {
-	if (dri_group_index(g, root) < 0)
-		return dri_fail(DR_EINVAL, "%s: %s %d is not a rank of the "
-				"group (size %d)", call, what, root, g->size);
-	return DR_OK;
+	return (unsigned)e < DRI_E_COUNT_ ? entries[e].name : "?";
 }
 
 /* No buffer is larger than this: offsets and sizes computed from it
  * (2 x bytes, bytes + a header) cannot wrap either. */
 #define BYTES_MAX (SIZE_MAX >> 4)
 
-dr_err dri_coll_check_buf(const char *call, const void *buf, size_t count,
-			  size_t mult, dr_dtype dtype, const char *what)
+/* A buffer of count x mult elements of dtype (es bytes each) must have a
+ * size that fits in memory without wrapping (a wrapped size would send or
+ * reduce the wrong number of bytes), and may be NULL only when empty. */
+static dr_err check_buf(const char *call, const void *buf, size_t count,
+			size_t mult, size_t es, const char *what)
 {
-	size_t es = (unsigned)dtype < DR_DTYPE_COUNT_ ? dr_dtype_size(dtype) : 1;
-
 	if (mult && count > BYTES_MAX / es / mult)
 		return dri_fail(DR_EINVAL, "%s: count %zu is too large (%s of "
 				"%zu x %zu bytes would not fit in memory)", call,
@@ -86,6 +74,142 @@ dr_err dri_coll_check_buf(const char *call, const void *buf, size_t count,
 	if (!buf && count && mult)
 		return dri_fail(DR_EINVAL, "%s: %s is NULL but holds %zu "
 				"elements", call, what, count * mult);
+	return DR_OK;
+}
+
+/* The count arrays of all_to_all_v; their sums in *sum1, *sum2. */
+static dr_err check_counts(const char *call, const dri_args *a,
+			   const dr_group *g, size_t es, size_t *sum1,
+			   size_t *sum2)
+{
+	size_t lim = BYTES_MAX / es;
+
+	if (!a->send_counts || !a->recv_counts)
+		return dri_fail(DR_EINVAL, "%s: %s is NULL", call,
+				a->send_counts ? "recv_counts" : "send_counts");
+	*sum1 = *sum2 = 0;
+	for (int i = 0; i < g->size; i++) {
+		if (a->send_counts[i] > lim - *sum1 ||
+		    a->recv_counts[i] > lim - *sum2)
+			return dri_fail(DR_EINVAL, "%s: counts add up to more "
+					"than memory (send_counts[%d] = %zu, "
+					"recv_counts[%d] = %zu)", call, i,
+					a->send_counts[i], i, a->recv_counts[i]);
+		*sum1 += a->send_counts[i];
+		*sum2 += a->recv_counts[i];
+	}
+	if (g->rank >= 0 && a->send_counts[g->rank] != a->recv_counts[g->rank])
+		return dri_fail(DR_EINVAL, "%s: send_counts[%d] = %zu but "
+				"recv_counts[%d] = %zu (this rank's piece to "
+				"itself)", call, g->rank,
+				a->send_counts[g->rank], g->rank,
+				a->recv_counts[g->rank]);
+	return DR_OK;
+}
+
+/* Buffer k (1 or 2) of call e, holding spec elements. */
+static dr_err check_spec(dri_entry e, const dri_args *a, const dr_group *g,
+			 int k, size_t es, size_t sum)
+{
+	const char *call = entries[e].name;
+	int spec = k == 1 ? entries[e].buf1 : entries[e].buf2;
+	const void *buf = k == 1 ? a->buf1 : a->buf2;
+	const char *what = entries[e].buf2 == DRI_B_NONE ? "buf" :
+			   k == 1 ? "sendbuf" : "recvbuf";
+
+	switch (spec) {
+	case DRI_B_ONE:
+		return check_buf(call, buf, a->count, 1, es, what);
+	case DRI_B_GROUP:
+		return check_buf(call, buf, a->count, (size_t)g->size, es, what);
+	case DRI_B_ROOT_GROUP:
+		return check_buf(call, a->root == dri_world_rank() ? buf : "",
+				 a->count, (size_t)g->size, es, what);
+	case DRI_B_COUNTS:
+		return check_buf(call, buf, sum, 1, es, what);
+	default:
+		return DR_OK;
+	}
+}
+
+/* The peer and tag of a point-to-point call. */
+static dr_err check_peer(dri_entry e, const dri_args *a, const dr_group *g)
+{
+	const char *call = entries[e].name;
+	unsigned f = entries[e].args;
+
+	if ((f & DRI_A_MEMBER) && g->rank < 0)
+		return dri_fail(DR_ENOTMEMBER, "%s: rank %d is not a member of "
+				"the group", call, dri_world_rank());
+	if ((f & DRI_A_PEER) && !((f & DRI_A_ANY) && a->peer == DR_ANY_SOURCE)) {
+		if (a->peer == dri_world_rank())
+			return dri_fail(DR_EINVAL, "%s: rank %d cannot send "
+					"to itself", call, a->peer);
+		if (dri_group_index(g, a->peer) < 0)
+			return dri_fail(DR_EINVAL, "%s: rank %d is not in the "
+					"group (world size %d)", call, a->peer,
+					dri_world_size());
+	}
+	if ((f & DRI_A_TAG) && a->tag < 0)
+		return dri_fail(DR_EINVAL, "%s: tag %d is negative", call, a->tag);
+	return DR_OK;
+}
+
+dr_err dri_args_check(dri_entry e, const dri_args *a, dr_group **out)
+{
+	const char *call;
+	unsigned f;
+	size_t es = 1, sum1 = 0, sum2 = 0;
+	dr_group *g;
+	dr_err err;
+
+	if ((unsigned)e >= DRI_E_COUNT_)
+		return dri_fail(DR_EINVAL, "internal: entry %d", (int)e);
+	call = entries[e].name;
+	f = entries[e].args;
+	if (a->work)
+		*a->work = NULL;
+	if ((f & DRI_A_WORK) && !a->work)
+		return dri_fail(DR_EINVAL, "%s: work is NULL", call);
+	if ((err = dri_coll_group(call, a->group, &g)))
+		return err;
+	if ((err = check_peer(e, a, g)))
+		return err;
+	if (f & DRI_A_DTYPE) {
+		if ((unsigned)a->dtype >= DR_DTYPE_COUNT_)
+			return dri_fail(DR_EINVAL, "%s: invalid dtype %d", call,
+					(int)a->dtype);
+		es = dr_dtype_size(a->dtype);
+	}
+	if (f & DRI_A_OP) {
+		/* As an int: an enum holds -7 or INT_MIN as well. */
+		if (a->op < 0 || a->op >= DR_OP_COUNT_)
+			return dri_fail(DR_EINVAL, "%s: invalid op %d", call,
+					a->op);
+		err = dri_reduce_check(a->dtype, (dr_op)a->op);
+		if (err)
+			return dri_fail(err, "%s: op %s does not apply to %s",
+					call, dr_op_name((dr_op)a->op),
+					dr_dtype_name(a->dtype));
+	}
+	if (entries[e].root && dri_group_index(g, a->root) < 0)
+		return dri_fail(DR_EINVAL, "%s: %s %d is not a rank of the "
+				"group (size %d)", call, entries[e].root,
+				a->root, g->size);
+	if ((f & DRI_A_COUNTS) &&
+	    (err = check_counts(call, a, g, es, &sum1, &sum2)))
+		return err;
+	if ((err = check_spec(e, a, g, 1, es, sum1)) ||
+	    (err = check_spec(e, a, g, 2, es, sum2)))
+		return err;
+	if ((f & DRI_A_DEVICES) &&
+	    (a->n_device_ids < ((f & DRI_A_DEVICE1) ? 1 : 0) ||
+	     (a->n_device_ids > 0 && !a->device_ids)))
+		return dri_fail(DR_EINVAL, "%s: %d device ids at %p%s", call,
+				a->n_device_ids, (const void *)a->device_ids,
+				(f & DRI_A_DEVICE1) ? ": it needs at least one" :
+				"");
+	*out = g;
 	return DR_OK;
 }
 

@@ -201,31 +201,18 @@ static dr_err gather_run(dri_op *op)
 }
 
 /* The checks and dri_op of both calls; root is ignored for all_gather. */
-static dr_err gather_submit(const char *call, dri_coll coll,
-			    const void *sendbuf, void *recvbuf, size_t count,
-			    dr_dtype dtype, int root, dr_group *group,
-			    dr_work **work)
+static dr_err gather_submit(dri_coll coll, const void *sendbuf,
+			    void *recvbuf, size_t count, dr_dtype dtype,
+			    int root, dr_group *group, dr_work **work)
 {
+	dri_args a = { .group = group, .dtype = dtype, .root = root,
+			.buf1 = sendbuf, .buf2 = recvbuf, .count = count,
+			.work = work };
 	dri_op op = { 0 };
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(coll == DRI_ALL_GATHER ? DRI_E_ALL_GATHER :
+				    DRI_E_GATHER, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check(call, group, &g, dtype, -1);
-	if (coll == DRI_ALL_GATHER)
-		root = -1;
-	else if (!err)
-		err = dri_coll_check_root(call, g, root, "dst");
-	if (err)
-		return err;
-	err = dri_coll_check_buf(call, sendbuf, count, 1, dtype, "sendbuf");
-	/* recvbuf's size on every rank, so that all fail alike; only the
-	 * root's is used (the others' may be NULL) */
-	if (!err)
-		err = dri_coll_check_buf(call, root < 0 || root == dri_world_rank() ?
-					 recvbuf : "", count, (size_t)g->size,
-					 dtype, "recvbuf");
 	if (err)
 		return err;
 	dri_coll_op(&op, coll == DRI_ALL_GATHER ? all_gather_run : gather_run,
@@ -236,13 +223,13 @@ static dr_err gather_submit(const char *call, dri_coll coll,
 dr_err dr_all_gather(const void *sendbuf, void *recvbuf, size_t count,
 		     dr_dtype dtype, dr_group *group, dr_work **work)
 {
-	return gather_submit("all_gather", DRI_ALL_GATHER, sendbuf, recvbuf,
-			     count, dtype, -1, group, work);
+	return gather_submit(DRI_ALL_GATHER, sendbuf, recvbuf, count, dtype,
+			     -1, group, work);
 }
 
 dr_err dr_gather(const void *sendbuf, void *recvbuf, size_t count,
 		 dr_dtype dtype, int dst, dr_group *group, dr_work **work)
 {
-	return gather_submit("gather", DRI_GATHER, sendbuf, recvbuf, count,
-			     dtype, dst, group, work);
+	return gather_submit(DRI_GATHER, sendbuf, recvbuf, count, dtype, dst,
+			     group, work);
 }

@@ -32,7 +32,7 @@ static void name_missing(const dri_op *op, const dri_req *reqs, int wait_all,
 	int n = 0;
 
 	for (int i = 1; i < g->size; i++) {
-		if (reqs[i - 1].complete)
+		if (__atomic_load_n(&reqs[i - 1].complete, __ATOMIC_ACQUIRE))
 			continue;
 		if (len + 16 > sizeof(list)) {
 			snprintf(list + len, sizeof(list) - len, ", ...");
@@ -76,11 +76,11 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 		 * the verdict ends at once instead of at twice the timeout),
 		 * and a rank that came to another call finds the mismatch. */
 		for (int i = 1; i < p; i++)
-			if (!reqs[i - 1].complete)
+			if (!__atomic_load_n(&reqs[i - 1].complete, __ATOMIC_ACQUIRE))
 				dri_give_up(&op->id, dri_peer(g, i));
 	}
 	for (int i = 1; i < p && !err; i++) {
-		if (!reqs[i - 1].complete)
+		if (!__atomic_load_n(&reqs[i - 1].complete, __ATOMIC_ACQUIRE))
 			continue;
 		err = dri_isend(&sends[nsend], &op->id, dri_peer(g, i), verdict,
 				sizeof(verdict));
@@ -109,7 +109,7 @@ static dr_err monitored_member(const dri_op *op)
 	if (err)
 		return err;
 	err = dri_waitall_timeout(reqs, 2, 2 * op->timeout_ms);
-	if (err == DR_ETIMEDOUT && reqs[1].complete)
+	if (err == DR_ETIMEDOUT && __atomic_load_n(&reqs[1].complete, __ATOMIC_ACQUIRE))
 		return dri_fail(err, "Rank %d failed to pass monitoredBarrier "
 				"in %" PRId64 " ms (rank %d, the monitor, gave up "
 				"on it: it came later)", dri_peer(g, g->rank),
@@ -141,9 +141,10 @@ static dr_err monitored_run(dri_op *op)
 dr_err dr_monitored_barrier(dr_group *group, int64_t timeout_ms,
 			    int wait_all_ranks)
 {
+	dri_args a = { .group = group };
 	dri_op op = { 0 };
 	dr_group *g;
-	dr_err err = dri_coll_group("monitored_barrier", group, &g);
+	dr_err err = dri_args_check(DRI_E_MONITORED_BARRIER, &a, &g);
 
 	if (err)
 		return err;

@@ -125,23 +125,14 @@ dr_err dri_reduce_flat(dri_op *op)
 dr_err dr_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 		 int dst, dr_group *group, dr_work **work)
 {
-	static const char call[] = "reduce";
+	dri_args a = { .group = group, .dtype = dtype, .op = (int)redop,
+			.root = dst, .buf1 = buf, .count = count, .work = work };
 	dri_op op = { 0 };
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(DRI_E_REDUCE, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check(call, group, &g, dtype, (int)redop);
-	if (!err)
-		err = dri_coll_check_root(call, g, dst, "dst");
-	if (!err)
-		err = dri_coll_check_buf(call, buf, count, 1, dtype, "buf");
 	if (err)
 		return err;
-	if (count > SIZE_MAX / dr_dtype_size(dtype))
-		return dri_fail(DR_EINVAL, "%s: count %zu is too large", call,
-				count);
 	dri_coll_op(&op, dri_reduce_flat, DRI_REDUCE, g, NULL, buf, count, dtype,
 		    (int)redop, dst);
 	return dri_submit(&op, work);

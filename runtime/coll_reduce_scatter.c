@@ -167,21 +167,13 @@ dr_err dr_reduce_scatter(const void *sendbuf, void *recvbuf, size_t count,
 			 dr_dtype dtype, dr_op redop, dr_group *group,
 			 dr_work **work)
 {
-	static const char call[] = "reduce_scatter";
+	dri_args a = { .group = group, .dtype = dtype, .op = (int)redop,
+			.buf1 = sendbuf, .buf2 = recvbuf, .count = count,
+			.work = work };
 	dri_op op = { 0 };
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(DRI_E_REDUCE_SCATTER, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check(call, group, &g, dtype, (int)redop);
-	if (err)
-		return err;
-	err = dri_coll_check_buf(call, sendbuf, count, (size_t)g->size, dtype,
-				 "sendbuf");
-	if (!err)
-		err = dri_coll_check_buf(call, recvbuf, count, 1, dtype,
-					 "recvbuf");
 	if (err)
 		return err;
 	dri_coll_op(&op, reduce_scatter_run, DRI_REDUCE_SCATTER, g, sendbuf,

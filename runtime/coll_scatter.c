@@ -82,24 +82,13 @@ static dr_err scatter_run(dri_op *op)
 dr_err dr_scatter(const void *sendbuf, void *recvbuf, size_t count,
 		  dr_dtype dtype, int src, dr_group *group, dr_work **work)
 {
-	static const char call[] = "scatter";
+	dri_args a = { .group = group, .dtype = dtype, .root = src,
+			.buf1 = sendbuf, .buf2 = recvbuf, .count = count,
+			.work = work };
 	dri_op op = { 0 };
 	dr_group *g;
-	dr_err err;
+	dr_err err = dri_args_check(DRI_E_SCATTER, &a, &g);
 
-	if (work)
-		*work = NULL;
-	err = dri_coll_check(call, group, &g, dtype, -1);
-	if (!err)
-		err = dri_coll_check_root(call, g, src, "src");
-	if (err)
-		return err;
-	err = dri_coll_check_buf(call, recvbuf, count, 1, dtype, "recvbuf");
-	/* sendbuf's size on every rank, so that all fail alike; only the
-	 * root's is used (the others' may be NULL) */
-	if (!err)
-		err = dri_coll_check_buf(call, src == dri_world_rank() ? sendbuf : "",
-					 count, (size_t)g->size, dtype, "sendbuf");
 	if (err)
 		return err;
 	dri_coll_op(&op, scatter_run, DRI_SCATTER, g, sendbuf, recvbuf, count,

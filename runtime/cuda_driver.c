@@ -272,9 +272,18 @@ static void cu_load(void)
 		goto fail;
 	}
 	for (int i = 0; i < n; i++)
-		pthread_mutex_init(&cu.dev[i].lock, NULL);
+		if (pthread_mutex_init(&cu.dev[i].lock, NULL)) {
+			snprintf(cu.why, sizeof cu.why, "cannot make a lock");
+			goto fail;
+		}
 	cu.ndev = n;
-	pthread_atfork(NULL, NULL, cu_on_fork_child);
+	/* Without the handler a forked child would use the parent's
+	 * driver state, which the driver does not allow. */
+	if (pthread_atfork(NULL, NULL, cu_on_fork_child)) {
+		snprintf(cu.why, sizeof cu.why, "cannot register the fork "
+			 "handler (pthread_atfork: out of memory)");
+		goto fail;
+	}
 	atomic_store(&cu_state, CU_OK);
 	return;
 fail:
@@ -535,13 +544,27 @@ dr_err dri_cu_sync_context(int device, int64_t deadline)
 	s = calloc(1, sizeof *s);
 	if (!s)
 		return dri_fail(DR_ENOMEM, "out of memory");
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
+	if (pthread_mutex_init(&s->mu, NULL)) {
+		free(s);
+		return dri_fail(DR_ESYS, "cannot make a lock to synchronise "
+				"cuda:%d", device);
+	}
+	if (pthread_cond_init(&s->cv, NULL)) {
+		pthread_mutex_destroy(&s->mu);
+		free(s);
+		return dri_fail(DR_ESYS, "cannot make a condition to "
+				"synchronise cuda:%d", device);
+	}
 	s->ctx = dri_cu_context(device);
 	s->refs = 2;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, ctx_sync_main, s)) {
+	if (pthread_attr_init(&attr)) {
+		s->refs = 1;
+		ctx_sync_unref(s);
+		return dri_fail(DR_ESYS, "cannot start a thread to synchronise "
+				"cuda:%d", device);
+	}
+	if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) ||
+	    dri_thread_start(&t, &attr, ctx_sync_main, s)) {
 		pthread_attr_destroy(&attr);
 		s->refs = 1;
 		ctx_sync_unref(s);

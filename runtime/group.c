@@ -84,21 +84,49 @@ static struct {
 
 static _Thread_local void *scratch;
 static _Thread_local size_t scratch_len;
+/* The same pointer under a key whose destructor frees it: a program's
+ * thread that made blocking calls and then exits leaves no scratch
+ * behind (a _Thread_local pointer alone would be lost with it). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void scratch_key_make(void)
+{
+	scratch_key_ok = !pthread_key_create(&scratch_key, free);
+}
 
 void *dri_scratch_keep(size_t n)
 {
 	if (n && n <= scratch_len)
 		return scratch;
-	free(scratch);
+	pthread_once(&scratch_once, scratch_key_make);
+	dri_scratch_release();
+	if (!scratch_key_ok) {
+		dri_fail(DR_ESYS, "no thread key for the scratch memory");
+		return NULL;
+	}
 	scratch = malloc(n ? n : 1);
-	scratch_len = scratch ? n : 0;
-	if (!scratch)
+	if (!scratch) {
 		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
+		return NULL;
+	}
+	if (pthread_setspecific(scratch_key, scratch)) {
+		free(scratch);
+		scratch = NULL;
+		dri_fail(DR_ENOMEM, "out of memory for a thread's scratch key");
+		return NULL;
+	}
+	scratch_len = n;
 	return scratch;
 }
 
 void dri_scratch_release(void)
 {
+	if (!scratch)
+		return;
+	if (scratch_key_ok) /* NULL: never allocates, cannot fail */
+		(void)pthread_setspecific(scratch_key, NULL);
 	free(scratch);
 	scratch = NULL;
 	scratch_len = 0;
@@ -411,7 +439,7 @@ static dr_err start_group_thread_locked(struct gpriv *gp)
 	if (gp->thread_on)
 		return DR_OK;
 	gp->stop = 0;
-	if (pthread_create(&gp->thread, NULL, group_main, gp))
+	if (dri_thread_start(&gp->thread, NULL, group_main, gp))
 		return dri_fail(DR_ESYS, "cannot start a progress thread");
 	gp->thread_on = 1;
 	return DR_OK;
@@ -421,7 +449,7 @@ static dr_err start_p2p_thread_locked(void)
 {
 	if (G.p2p_on)
 		return DR_OK;
-	if (pthread_create(&G.p2p_thread, NULL, p2p_main, NULL))
+	if (dri_thread_start(&G.p2p_thread, NULL, p2p_main, NULL))
 		return dri_fail(DR_ESYS, "cannot start the progress thread");
 	G.p2p_on = 1;
 	return DR_OK;

@@ -17,6 +17,15 @@
  * gathers them into one key that the others fetch.  A barrier over the
  * transport ends init, so no rank leaves init (and possibly the store)
  * before every rank has what it needs.
+ *
+ * A program may destroy the group and init again, and its ranks need not
+ * do so in step: a rank may init again while rank 0 is still in the last
+ * group, whose store still serves.  So every key of the n-th init of a
+ * process (n counted from 0, the same on every rank) is prefixed
+ * "roundN/" (none for the first, as before), and a rank other than 0
+ * whose store connection drops during the rendezvous (rank 0 destroyed
+ * the old group and stopped its store) starts its rendezvous again,
+ * connecting to rank 0's new store, until the timeout.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -51,7 +60,18 @@ static struct {
 	dri_rdzv_plan plan;
 	int atexit_set;
 	pid_t pid; /* the process that joined */
+	unsigned round; /* process groups this process has joined */
+	int store_up;   /* this rendezvous reached the store */
 } I = { .rank = -1, .size = -1 };
+
+/* The store key of name in this init's round (see the top). */
+static void round_key(char *buf, size_t size, const char *name)
+{
+	if (I.round)
+		snprintf(buf, size, "round%u/%s", I.round, name);
+	else
+		snprintf(buf, size, "%s", name);
+}
 
 
 
@@ -192,7 +212,7 @@ static void setting_value(const char *line, size_t nl, char *out, size_t size)
  * it and fail naming the first variable that differs. */
 static dr_err same_vars_check(int64_t t)
 {
-	char mine[2048], theirs[2048], a[600], b[600];
+	char mine[2048], theirs[2048], a[600], b[600], key[64];
 	void *val = NULL;
 	size_t len;
 	dr_err err;
@@ -201,9 +221,10 @@ static dr_err same_vars_check(int64_t t)
 		return dri_fail(DR_EENV, "%s and the other variables every rank "
 				"must share: longer than %zu bytes in all",
 				dri_rdzv_setting_vars[0], sizeof(mine) - 1);
+	round_key(key, sizeof(key), "settings");
 	if (I.rank == 0)
-		return dri_kv_set(&I.kv, "settings", mine, strlen(mine));
-	err = dri_kv_get(&I.kv, "settings", &val, &len, t);
+		return dri_kv_set(&I.kv, key, mine, strlen(mine));
+	err = dri_kv_get(&I.kv, key, &val, &len, t);
 	if (err)
 		return err;
 	snprintf(theirs, sizeof(theirs), "%.*s",
@@ -227,7 +248,7 @@ static dr_err same_vars_check(int64_t t)
 	return DR_OK;
 }
 
-static dr_err rendezvous(void)
+static dr_err rendezvous(int64_t t)
 {
 	char key[64], me[256], myhost[80], ident[4096], shm[160];
 	uint8_t job[20], skey[DRI_KEY_LEN], tkey[DRI_KEY_LEN];
@@ -237,7 +258,7 @@ static dr_err rendezvous(void)
 	int64_t n;
 	char **addrs = NULL;
 	dr_err err = DR_OK;
-	int64_t t = dri_timeout_ms();
+	char name[48];
 
 	/* Where the store is: rdzv_env.c's plan.  torchrun's agent serves
 	 * its own; otherwise rank 0 serves ours, at a port published in a
@@ -272,8 +293,10 @@ static dr_err rendezvous(void)
 		if (err)
 			goto out;
 	}
+	I.store_up = 1;
 	/* Two processes with one RANK would corrupt everything after. */
-	snprintf(key, sizeof(key), "rank/%d", I.rank);
+	snprintf(name, sizeof(name), "rank/%d", I.rank);
+	round_key(key, sizeof(key), name);
 	err = dri_kv_add(&I.kv, key, 1, &n);
 	if (err)
 		goto out;
@@ -288,12 +311,14 @@ static dr_err rendezvous(void)
 		if (err)
 			goto out;
 		memcpy(job + 16, &ws, 4);
-		err = dri_kv_set(&I.kv, "job", job, sizeof(job));
+		round_key(key, sizeof(key), "job");
+		err = dri_kv_set(&I.kv, key, job, sizeof(job));
 		if (err)
 			goto out;
 	} else {
 		int32_t ws;
-		err = dri_kv_get(&I.kv, "job", &val, &len, t);
+		round_key(key, sizeof(key), "job");
+		err = dri_kv_get(&I.kv, key, &val, &len, t);
 		if (err)
 			goto out;
 		if (len != sizeof(job)) {
@@ -342,7 +367,8 @@ static dr_err rendezvous(void)
 	if (err)
 		goto out;
 	snprintf(me, sizeof(me), "%s:%d%s", myhost, lport, shm);
-	snprintf(key, sizeof(key), "addr/%d", I.rank);
+	snprintf(name, sizeof(name), "addr/%d", I.rank);
+	round_key(key, sizeof(key), name);
 	err = dri_kv_set(&I.kv, key, me, strlen(me));
 	if (err)
 		goto out;
@@ -354,7 +380,8 @@ static dr_err rendezvous(void)
 			goto out;
 		}
 		for (int r = 0; r < I.size; r++) {
-			snprintf(key, sizeof(key), "addr/%d", r);
+			snprintf(name, sizeof(name), "addr/%d", r);
+			round_key(key, sizeof(key), name);
 			err = dri_kv_get(&I.kv, key, &val, &len, t);
 			if (err) {
 				free(all);
@@ -379,12 +406,14 @@ static dr_err rendezvous(void)
 			free(val);
 		}
 		all[used] = 0;
-		err = dri_kv_set(&I.kv, "addrs", all, used);
+		round_key(key, sizeof(key), "addrs");
+		err = dri_kv_set(&I.kv, key, all, used);
 		if (!err)
 			err = split_addrs(all, I.size, &addrs);
 		free(all);
 	} else {
-		err = dri_kv_get(&I.kv, "addrs", &val, &len, t);
+		round_key(key, sizeof(key), "addrs");
+		err = dri_kv_get(&I.kv, key, &val, &len, t);
 		if (!err) {
 			err = split_addrs(val, I.size, &addrs);
 			free(val);
@@ -399,9 +428,31 @@ static dr_err rendezvous(void)
 		free(addrs);
 	}
 out:
-	memset(skey, 0, sizeof(skey));
-	memset(tkey, 0, sizeof(tkey));
+	explicit_bzero(skey, sizeof(skey));
+	explicit_bzero(tkey, sizeof(tkey));
 	return err;
+}
+
+/* The rendezvous, again from the start while the store connection of a
+ * rank other than 0 drops (rank 0 stopped the store of its last group:
+ * see the top), until the timeout. */
+static dr_err rendezvous_until_joined(void)
+{
+	int64_t t = dri_timeout_ms(), deadline = dri_now_ms() + t;
+	dr_err err;
+
+	for (;;) {
+		I.store_up = 0;
+		err = rendezvous(t);
+		t = deadline - dri_now_ms();
+		if (!err || err != DR_ECONN || !I.store_up || I.rank == 0 ||
+		    I.plan.mode == DRI_RDZV_TORCH || t <= 0)
+			return err;
+		/* What this attempt opened goes; the segment stays. */
+		dri_transport_stop();
+		dri_kv_close(&I.kv);
+		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	}
 }
 
 static void leave_at_exit(void)
@@ -425,6 +476,14 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 		return dri_fail(DR_EALREADY, "dr_init_process_group: the process "
 				"group is already initialized (rank %d of %d)",
 				I.rank, I.size);
+	/* -1 (or a world_size of 0) takes the environment's; any other
+	 * value below 0 is a mistake, not a request for the default. */
+	if (opts->rank < -1 || opts->world_size < -1 ||
+	    (opts->world_size > 0 && opts->rank >= opts->world_size))
+		return dri_fail(DR_EINVAL, "dr_init_process_group: rank %d of "
+				"world_size %d: each must be -1 (from the "
+				"environment) or a rank below a size above 0",
+				opts->rank, opts->world_size);
 	backend = opts->backend;
 	if (backend && strcmp(backend, "tcp") && strcmp(backend, "gloo"))
 		return dri_fail(DR_EINVAL, "dr_init_process_group: backend '%s' "
@@ -441,7 +500,7 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 		goto fail;
 	I.rank = I.plan.rank;
 	I.size = I.plan.size;
-	err = rendezvous();
+	err = rendezvous_until_joined();
 	dri_rdzv_joined(&I.plan);
 	if (err)
 		goto fail;
@@ -451,6 +510,7 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	if (err)
 		goto fail;
 	I.on = 1;
+	I.round++;
 	I.pid = getpid();
 	if (!I.atexit_set && !atexit(leave_at_exit))
 		I.atexit_set = 1;

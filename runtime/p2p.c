@@ -18,31 +18,17 @@
 #include "ctl.h"
 #include "cuda_driver.h"
 
-/* Checks the arguments common to all four calls and fills the id. */
-static dr_err p2p_prepare(const char *call, const void *buf, size_t count,
+/* Checks the arguments of call e (dri_args_check) and fills the id. */
+static dr_err p2p_prepare(dri_entry e, const void *buf, size_t count,
 			  dr_dtype dtype, int peer, int tag, dr_group *group,
-			  int any_ok, dri_msg_id *id, size_t *len)
+			  dr_work **work, dri_msg_id *id, size_t *len)
 {
+	dri_args a = { .group = group, .dtype = dtype, .peer = peer,
+			.tag = tag, .buf1 = buf, .count = count, .work = work };
+	const char *call = dri_entry_name(e);
 	dr_group *g;
-	dr_err err = dri_coll_check(call, group, &g, dtype, -1);
+	dr_err err = dri_args_check(e, &a, &g);
 
-	if (err)
-		return err;
-	if (g->rank < 0)
-		return dri_fail(DR_ENOTMEMBER, "%s: rank %d is not a member of "
-				"the group", call, dri_world_rank());
-	if (!(any_ok && peer == DR_ANY_SOURCE)) {
-		if (peer == dri_world_rank())
-			return dri_fail(DR_EINVAL, "%s: rank %d cannot send "
-					"to itself", call, peer);
-		if (dri_group_index(g, peer) < 0)
-			return dri_fail(DR_EINVAL, "%s: rank %d is not in the "
-					"group (world size %d)", call, peer,
-					dri_world_size());
-	}
-	if (tag < 0)
-		return dri_fail(DR_EINVAL, "%s: tag %d is negative", call, tag);
-	err = dri_coll_check_buf(call, buf, count, 1, dtype, "buf");
 	if (err)
 		return err;
 	/* The transport reads and writes buf with the CPU. */
@@ -70,8 +56,8 @@ dr_err dr_send(const void *buf, size_t count, dr_dtype dtype, int dst,
 {
 	dri_msg_id id;
 	size_t len;
-	dr_err err = p2p_prepare("dr_send", buf, count, dtype, dst, tag, group,
-				 0, &id, &len);
+	dr_err err = p2p_prepare(DRI_E_SEND, buf, count, dtype, dst, tag,
+				 group, NULL, &id, &len);
 
 	if (err)
 		return err;
@@ -87,8 +73,8 @@ dr_err dr_recv(void *buf, size_t count, dr_dtype dtype, int src, int tag,
 	dri_msg_id id;
 	dri_req r;
 	size_t len;
-	dr_err err = p2p_prepare("dr_recv", buf, count, dtype, src, tag, group,
-				 1, &id, &len);
+	dr_err err = p2p_prepare(DRI_E_RECV, buf, count, dtype, src, tag,
+				 group, NULL, &id, &len);
 
 	if (err)
 		return err;
@@ -102,20 +88,17 @@ dr_err dr_recv(void *buf, size_t count, dr_dtype dtype, int src, int tag,
 	return err;
 }
 
-static dr_err p2p_async(int is_send, const char *call, void *buf,
-			size_t count, dr_dtype dtype, int peer, int tag,
-			dr_group *group, dr_work **work)
+static dr_err p2p_async(int is_send, void *buf, size_t count,
+			dr_dtype dtype, int peer, int tag, dr_group *group,
+			dr_work **work)
 {
 	dri_msg_id id;
 	size_t len;
 	dr_work *w;
 	dr_err err;
 
-	if (!work)
-		return dri_fail(DR_EINVAL, "%s: work is NULL", call);
-	*work = NULL;
-	err = p2p_prepare(call, buf, count, dtype, peer, tag, group, !is_send,
-			  &id, &len);
+	err = p2p_prepare(is_send ? DRI_E_ISEND : DRI_E_IRECV, buf, count,
+			  dtype, peer, tag, group, work, &id, &len);
 	if (err)
 		return err;
 	w = dri_work_p2p_new();
@@ -136,13 +119,11 @@ static dr_err p2p_async(int is_send, const char *call, void *buf,
 dr_err dr_isend(const void *buf, size_t count, dr_dtype dtype, int dst,
 		int tag, dr_group *group, dr_work **work)
 {
-	return p2p_async(1, "dr_isend", (void *)buf, count, dtype, dst, tag,
-			 group, work);
+	return p2p_async(1, (void *)buf, count, dtype, dst, tag, group, work);
 }
 
 dr_err dr_irecv(void *buf, size_t count, dr_dtype dtype, int src, int tag,
 		dr_group *group, dr_work **work)
 {
-	return p2p_async(0, "dr_irecv", buf, count, dtype, src, tag, group,
-			 work);
+	return p2p_async(0, buf, count, dtype, src, tag, group, work);
 }

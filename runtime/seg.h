@@ -115,7 +115,12 @@ typedef struct {
 	uint32_t doorbell;         /* futex word */
 	uint32_t waiting;          /* 1 while the rank may sleep on it */
 	int32_t pid;               /* the rank's pid once it has mapped */
-	uint32_t pad_[13];
+	/* 1 from the rank's transport start to its stop (destroy): while
+	 * it is, peers of its process group may still read its flags and
+	 * rings, so a peer that joins a new process group (init again)
+	 * resets its own only once no other rank is (shm.c). */
+	uint32_t active;
+	uint32_t pad_[12];
 	/* The collectives through the segment (coll_shm.c), each word
 	 * written by this rank alone, on lines of their own.  up: the
 	 * phases it has arrived at (its data for them is in its slot; in

@@ -26,12 +26,16 @@
  * a rank that exits without a word, each rank holds a pidfd for each shm
  * peer it has sent to or received from (opened then, so 256 ranks do not
  * hold 255 each) and looks at them every DEATH_CHECK_MS, so a dead peer
- * is seen within that time whatever the call's timeout.
+ * is seen within that time whatever the call's timeout (without pidfds,
+ * kill(pid, 0) tells the same once the peer is reaped).  A peer that
+ * leaves on purpose says BYE through its ring first, and transport.c
+ * fails every wait for it from then on, flags included.
  */
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +59,12 @@
 
 enum { MODE_AUTO, MODE_SHM, MODE_TCP };
 
+/* M.pidfd[i] when it holds no pidfd: not watched; watched without one
+ * (no pidfd_open before Linux 5.3, or no fd left), by kill(pid, 0); its
+ * process was gone when the watch began (pidfd_open: ESRCH); its death
+ * reported once already. */
+enum { W_OFF = -1, W_PID = -2, W_GONE = -3, W_SEEN = -4 };
+
 static struct {
 	int mode;
 	dri_seg_hdr *h;
@@ -62,7 +72,7 @@ static struct {
 	int on;
 	int *local;            /* world rank -> local index, -1: TCP */
 	int *world;            /* local index -> world rank, -1: none */
-	int *pidfd;            /* world rank -> pidfd, -1: none */
+	int *pidfd;            /* world rank -> pidfd, or W_* below */
 	int *host_of;          /* world rank -> lowest world rank on its host */
 	int npeers, ntcp;
 	int oversub;
@@ -223,6 +233,34 @@ static dr_err host_id(int slot)
 	return DR_OK;
 }
 
+/* Waits (up to the job's timeout) until no other local rank whose
+ * process lives is in a process group (seg.h: active).  Only a rank that
+ * joins again can find one: in a job's first group nobody is yet. */
+static dr_err wait_peers_left(void)
+{
+	int64_t deadline = dri_now_ms() + dri_timeout_ms();
+
+	for (uint32_t l = 0; l < M.h->nranks; l++) {
+		dri_seg_rank *b = blk((int)l);
+
+		while ((int)l != M.me &&
+		       __atomic_load_n(&b->active, __ATOMIC_ACQUIRE)) {
+			int32_t pid = __atomic_load_n(&b->pid, __ATOMIC_ACQUIRE);
+
+			if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+				break; /* gone without a destroy */
+			if (dri_now_ms() >= deadline)
+				return dri_fail(DR_ETIMEDOUT, "local rank %u (pid %d) "
+						"is still in the last process group "
+						"after %lld ms: every rank must destroy "
+						"it before the new one can start", l,
+						(int)pid, (long long)dri_timeout_ms());
+			nanosleep(&(struct timespec){ 0, 1000 * 1000 }, NULL);
+		}
+	}
+	return DR_OK;
+}
+
 dr_err dri_shm_addr_suffix(char *buf, size_t size)
 {
 	dri_seg_hdr *h = dri_seg_get();
@@ -256,6 +294,12 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 		snprintf(buf + 1 + 2 * i, size - 1 - 2 * i, "%02x", h->job_id[i]);
 	snprintf(buf + 33, size - 33, ".%016llx/%s/%d",
 		 (unsigned long long)h->nonce, M.host, M.me);
+	/* A peer still in the last process group may read our flags (its
+	 * last call) and write to our rings (its goodbye): not before it
+	 * has left may we start again. */
+	err = wait_peers_left();
+	if (err)
+		return err;
 	/* Our inbound rings start empty: what an earlier process group of
 	 * ours left unread there is not for this one.  No peer writes to
 	 * us before it has our address, which is published after this. */
@@ -364,7 +408,7 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 		char *bar = strchr(addrs[i], '|');
 
 		M.local[i] = -1;
-		M.pidfd[i] = -1;
+		M.pidfd[i] = W_OFF;
 		sfx[i] = "";
 		if (bar) {
 			*bar = 0; /* the TCP address stays in addrs[i] */
@@ -415,6 +459,8 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	M.next_check = 0;
 	M.on = 1;
 	M.generation++;
+	if (M.h)
+		__atomic_store_n(&blk(M.me)->active, 1, __ATOMIC_RELEASE);
 	/* With the whole world here, the collectives wait on flags, not
 	 * messages: watch, from now while they live, the ranks whose flags
 	 * this rank waits for (coll_shm.c: all of them, or its parent and
@@ -430,6 +476,9 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 
 void dri_shm_stop(void)
 {
+	/* After the transport's goodbyes: nothing more of ours comes. */
+	if (M.on && M.h && M.me >= 0)
+		__atomic_store_n(&blk(M.me)->active, 0, __ATOMIC_RELEASE);
 	for (int i = 0; M.pidfd && i < M.size; i++)
 		if (M.pidfd[i] >= 0)
 			close(M.pidfd[i]);
@@ -655,32 +704,54 @@ dr_err dri_shm_aborted(char *msg, size_t size)
 void dri_shm_watch(int peer)
 {
 	int32_t pid;
+	int fd;
 
-	if (!dri_shm_is_peer(peer) || M.pidfd[peer] != -1)
+	if (!dri_shm_is_peer(peer) || M.pidfd[peer] != W_OFF)
 		return;
 	pid = __atomic_load_n(&blk(M.local[peer])->pid, __ATOMIC_ACQUIRE);
-	M.pidfd[peer] = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
-	if (M.pidfd[peer] < 0)
-		M.pidfd[peer] = -2; /* no pidfd (old kernel, no fds): the launcher's word only */
+	if (pid <= 0)
+		return;
+	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	/* A peer that is already gone must not go unwatched (it may have
+	 * exited between two calls, and been reaped), nor one we cannot
+	 * get a pidfd for: the launcher's abort word is raised only for a
+	 * rank that failed, not for one that returned 0. */
+	M.pidfd[peer] = fd >= 0 ? fd : errno == ESRCH ? W_GONE : W_PID;
+}
+
+/* Whether the process of watched peer i has exited. */
+static int peer_gone(int i)
+{
+	struct pollfd p;
+	int32_t pid;
+
+	if (M.pidfd[i] >= 0) {
+		p = (struct pollfd){ M.pidfd[i], POLLIN, 0 };
+		if (poll(&p, 1, 0) != 1)
+			return 0;
+		close(M.pidfd[i]);
+		return 1;
+	}
+	if (M.pidfd[i] == W_GONE)
+		return 1;
+	if (M.pidfd[i] != W_PID)
+		return 0;
+	/* Without a pidfd: gone once reaped (a zombie still answers, but
+	 * its parent, distrun or another launcher, reaps it at once). */
+	pid = __atomic_load_n(&blk(M.local[i])->pid, __ATOMIC_ACQUIRE);
+	return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH;
 }
 
 int dri_shm_dead_peer(int64_t now_ms)
 {
-	struct pollfd p;
-
 	if (!M.pidfd || now_ms < M.next_check)
 		return -1;
 	M.next_check = now_ms + DEATH_CHECK_MS;
-	for (int i = 0; i < M.size; i++) {
-		if (M.pidfd[i] < 0)
-			continue;
-		p = (struct pollfd){ M.pidfd[i], POLLIN, 0 };
-		if (poll(&p, 1, 0) == 1) {
-			close(M.pidfd[i]);
-			M.pidfd[i] = -2;
+	for (int i = 0; i < M.size; i++)
+		if (peer_gone(i)) {
+			M.pidfd[i] = W_SEEN;
 			return i;
 		}
-	}
 	return -1;
 }
 

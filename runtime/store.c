@@ -606,7 +606,7 @@ dr_err dri_store_server_start(const char *host, int port,
 	s->reserve_fd = dri_net_reserve();
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->stop_fd < 0 || s->reserve_fd < 0 ||
-	    pthread_create(&s->thread, NULL, server_main, s)) {
+	    dri_thread_start(&s->thread, NULL, server_main, s)) {
 		int e = errno;
 		if (s->stop_fd >= 0)
 			close(s->stop_fd);
@@ -647,7 +647,7 @@ void dri_store_server_stop(dri_store_server *s)
 		close(s->stop_fd);
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
-	memset(s->key, 0, sizeof(s->key));
+	explicit_bzero(s->key, sizeof(s->key));
 	free(s);
 }
 

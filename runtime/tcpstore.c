@@ -214,8 +214,9 @@ static int dial(const char *host, int port, int64_t deadline)
 			int64_t left = deadline - dri_now_ms();
 			int soerr = ETIMEDOUT;
 			socklen_t sl = sizeof(soerr);
-			if (left > 0 && poll(&pf, 1, (int)left) == 1)
-				getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+			if (left > 0 && poll(&pf, 1, (int)left) == 1 &&
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+				soerr = errno;
 			if (!soerr)
 				break;
 			errno = soerr;
@@ -226,8 +227,14 @@ static int dial(const char *host, int port, int64_t deadline)
 		errno = rc;
 	}
 	freeaddrinfo(res);
-	if (fd >= 0)
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Without it each request waits for the last one's ACK (Nagle). */
+	if (fd >= 0 &&
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0) {
+		rc = errno;
+		close(fd);
+		fd = -1;
+		errno = rc;
+	}
 	return fd;
 }
 

@@ -13,21 +13,22 @@
 /* Written by init and destroy only, which run while no call does. */
 static int64_t job_timeout_ms;
 
-/* The timeout from DISTRUN_TIMEOUT, or the default; *err set if the
- * variable is malformed. */
-static int64_t env_timeout(dr_err *err)
+/* The timeout from DISTRUN_TIMEOUT, or the default; *why says what is
+ * wrong with a malformed variable (NULL if nothing).  Leaves the last
+ * error alone: dri_timeout_ms() is read on the way out of failures
+ * whose message must survive. */
+static int64_t env_timeout(const char **why)
 {
 	const char *s = getenv("DISTRUN_TIMEOUT");
-	const char *why;
 	int64_t ms;
 
-	*err = DR_OK;
+	*why = NULL;
 	if (!s || !*s)
 		return DEFAULT_TIMEOUT_MS;
-	if (dri_duration_parse(s, &ms, &why) || (!ms && (why = "must be "
-						       "positive"))) {
-		*err = dri_fail(DR_EENV, "DISTRUN_TIMEOUT: bad duration '%s': %s",
-				s, why);
+	if (dri_duration_parse(s, &ms, why) || (!ms && (*why = "must be "
+							"positive"))) {
+		if (!*why)
+			*why = "malformed";
 		return DEFAULT_TIMEOUT_MS;
 	}
 	return ms;
@@ -35,12 +36,14 @@ static int64_t env_timeout(dr_err *err)
 
 dr_err dri_timeout_init(int64_t opt_ms)
 {
-	dr_err err = DR_OK;
-	int64_t ms = opt_ms > 0 ? opt_ms : env_timeout(&err);
+	const char *why = NULL;
+	int64_t ms = opt_ms > 0 ? opt_ms : env_timeout(&why);
 
-	if (!err)
-		job_timeout_ms = ms;
-	return err;
+	if (why)
+		return dri_fail(DR_EENV, "DISTRUN_TIMEOUT: bad duration '%s': %s",
+				getenv("DISTRUN_TIMEOUT"), why);
+	job_timeout_ms = ms;
+	return DR_OK;
 }
 
 void dri_timeout_clear(void)
@@ -50,9 +53,9 @@ void dri_timeout_clear(void)
 
 int64_t dri_timeout_ms(void)
 {
-	dr_err err;
+	const char *why;
 
-	return job_timeout_ms > 0 ? job_timeout_ms : env_timeout(&err);
+	return job_timeout_ms > 0 ? job_timeout_ms : env_timeout(&why);
 }
 
 int64_t dri_deadline(int64_t timeout_ms)

@@ -139,6 +139,15 @@ dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
 			break;
 		if (late != shown) /* for the launcher: the rank we wait for */
 			dri_ctl_wait(shown = late, 0);
+		if (PEER(late)->state == P_GONE) {
+			/* It said goodbye (destroy, or a return from main)
+			 * before it came: its flag will not move, and its
+			 * death is no longer watched. */
+			dri_loop_abort(DR_EPEER, "rank %d: rank %d left the "
+				       "process group while this rank waits "
+				       "for it", RANK, late);
+			break;
+		}
 		dri_shm_watch(late); /* its death, as for a receive from it */
 		if (left <= 0) {
 			char what[256];

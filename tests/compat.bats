@@ -116,6 +116,15 @@ no_leftover() {
 	done
 }
 
+@test "torchrun: a program that destroys and inits again, its ranks out of step, joins anew each time (the agent's store keeps the old keys)" {
+	torchrun "$CTESTS/reinit" 4 300 >"$BATS_TEST_TMPDIR/out" 2>&1 ||
+		{ cat "$BATS_TEST_TMPDIR/out"; return 1; }
+	for r in 0 1 2 3; do
+		grep -q "^\[default$r\]:rank $r: reinit ok (4 rounds)" "$BATS_TEST_TMPDIR/out" ||
+			{ cat "$BATS_TEST_TMPDIR/out"; return 1; }
+	done
+}
+
 @test "torchrun --standalone (no agent store: rank 0 serves ours at MASTER_PORT)" {
 	require_torch
 	"$TORCH_PYTHON" -m torch.distributed.run --standalone --nproc_per_node 3 \

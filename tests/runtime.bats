@@ -153,3 +153,49 @@ mismatch() {
 @test "a stranger's connections to a rank are dropped, the job goes on" {
 	check 2 stranger
 }
+
+@test "every entry point refuses out-of-range arguments on the calling rank alone: one at a time, then 20000 random calls; the group stays sound" {
+	# tests/c/api_fuzz.c: negative and INT_MIN ops, dtypes, roots, peers
+	# and tags, counts whose size wraps, NULL buffers and count arrays,
+	# a group without the rank, device lists, NULL work, bad init options
+	run "$DISTRUN" --timeout 120s -n 3 "$CTESTS/api_fuzz" 20000 "$RANDOM"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: api_fuzz ok ([0-9]\{5,\} calls refused)$' <<<"$output"
+	every_rank 3 'api_fuzz ok'
+	# on 4 ranks through TCP
+	run env DISTRUN_TRANSPORT=tcp "$DISTRUN" --timeout 120s -n 4 "$CTESTS/api_fuzz" 2000
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank 4 'api_fuzz ok'
+}
+
+@test "destroy and init again with the ranks out of step: one rank (rank 0, whose store the others use, every other round) destroys 300 ms after the others init again" {
+	# tests/c/reinit.c: six rounds, each checks its collectives and a ring
+	run "$DISTRUN" --timeout 120s -n 3 "$CTESTS/reinit" 6 300
+	echo "$output"
+	[ "$status" -eq 0 ]
+	every_rank 3 'reinit ok (6 rounds)'
+	run env DISTRUN_TRANSPORT=tcp "$DISTRUN" --timeout 120s -n 4 "$CTESTS/reinit" 4 300
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank 4 'reinit ok (4 rounds)'
+	run env DISTRUN_PRETEND_HOSTS=2 "$DISTRUN" --timeout 120s -n 4 "$CTESTS/reinit" 4 300
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank 4 'reinit ok (4 rounds)'
+}
+
+@test "the library's threads block every asynchronous signal: a process-directed SIGUSR1 runs the program's handler on its own thread" {
+	run "$DISTRUN" --timeout 60s -n 3 "$CTESTS/threads_check" sigmask
+	echo "$output"
+	[ "$status" -eq 0 ]
+	every_rank 3 'sigmask ok ([1-9] library threads)'
+}
+
+@test "a program's threads that make blocking calls and exit leave no scratch memory behind" {
+	# over TCP, where a blocking 1 MiB all_reduce keeps ~0.5 MiB of
+	# scratch in its calling thread
+	run env DISTRUN_TRANSPORT=tcp "$DISTRUN" --timeout 120s -n 2 \
+		"$CTESTS/threads_check" scratch 100
+	echo "$output"
+	[ "$status" -eq 0 ]
+	every_rank 2 'scratch ok'
+}

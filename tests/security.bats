@@ -324,3 +324,27 @@ finish_job() {
 	! grep -q 'cannot run' <<<"$output"
 	grep -Eq '^ +[01] +1 .*(cannot set up fds|first failure)' <<<"$output"
 }
+
+@test "secret material in the runtime is wiped with explicit_bzero, which the compiler may not drop" {
+	# keys, the secret, its hex and file copies, HMAC pads and contexts
+	run grep -nE 'memset\((k|pad|ih|buf|raw|hex|secret|skey|tkey|s->key|c), 0' \
+		"$SRCDIR/runtime/auth.c" "$SRCDIR/runtime/init.c" "$SRCDIR/runtime/store.c"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	for o in auth init store; do
+		nm -u "$B/obj/runtime/$o.o" | grep -qw explicit_bzero ||
+			{ echo "$o.o calls no explicit_bzero"; return 1; }
+	done
+}
+
+@test "the runtime checks what every setsockopt, fcntl, pthread_atfork, pthread init and signal-mask call returns" {
+	# A call at the start of a statement (the line before ends one)
+	# throws its result away.
+	run awk '
+		/^[ \t]*(setsockopt|getsockopt|fcntl|pthread_atfork|pthread_attr_init|pthread_attr_setdetachstate|pthread_mutex_init|pthread_cond_init|pthread_key_create|pthread_setspecific|pthread_sigmask|setrlimit|dup2|sigaction|sigprocmask)\(/ &&
+		prev ~ /[;{})]$|^[ \t]*(else|do)$|:$/ { print FILENAME ":" FNR ": " $0; bad = 1 }
+		NF { prev = $0 }
+		END { exit bad }' $(ls "$SRCDIR"/runtime/*.c)
+	echo "$output"
+	[ "$status" -eq 0 ]
+}

@@ -162,6 +162,49 @@ kill_fails_fast() {
 	grep -q '^\[1\] rank 1: DR_EPEER: .*rank 2' <<<"$output"
 }
 
+# bye_fails_fast N HOW BYTES [COLL]: as kill_fails_fast, but the last
+# rank leaves on purpose (HOW destroy: it destroys the group and stays;
+# return: it returns from main, the atexit goodbye, then exit 0): the
+# others fail with DR_EPEER naming it, within the promised 100 ms, not at
+# DISTRUN_TIMEOUT (10 min here; bats gives up after 60 s).
+bye_fails_fast() {
+	run timeout 60 "$DISTRUN" -n "$1" "$CTESTS/shm_check" bye "${@:2}"
+	echo "$output"
+	local last=$(($1 - 1))
+	[ "$status" -eq 0 ]
+	for ((r = 0; r < last; r++)); do
+		grep -q "^\[ *$r\] rank $r: DR_EPEER: .*rank $last" <<<"$output"
+	done
+	! grep -q 'DR_ETIMEDOUT' <<<"$output"
+}
+
+@test "a rank that destroys the group or returns from main while the others wait fails them with DR_EPEER (quick calls, flags, rooted)" {
+	for how in destroy return; do
+		bye_fails_fast 2 "$how" 8            # the quick all_reduce
+		bye_fails_fast 4 "$how" 4096         # flags and slots
+		bye_fails_fast 3 "$how" 0 barrier
+		bye_fails_fast 4 "$how" 4 broadcast  # rooted, data in the records
+		bye_fails_fast 3 "$how" $((64 << 10)) reduce
+	done
+}
+
+@test "the same on the other paths: single copy, a tree of flags, hierarchical, messages through the rings" {
+	DISTRUN_SHM_DIRECT=on bye_fails_fast 3 return $((16 << 20))
+	bye_fails_fast 20 destroy 0 barrier
+	# (small: a rank that fails with a full ring to a peer cannot put
+	# its ABORT frame there, and that peer then names it instead)
+	DISTRUN_PRETEND_HOSTS=2 bye_fails_fast 4 return 4096
+	DISTRUN_SHM_COLL=0 bye_fails_fast 3 destroy 4096
+}
+
+@test "without pidfds (a kernel before 5.3) a rank that exits 0 without a word still fails its peers' next call with DR_EPEER" {
+	run timeout 60 "$DISTRUN" -n 3 "$CTESTS/no_pidfd" "$CTESTS/shm_check" exit0
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q '^\[0\] rank 0: DR_EPEER: .*rank 2' <<<"$output"
+	grep -q '^\[1\] rank 1: DR_EPEER: .*rank 2' <<<"$output"
+}
+
 # exact N MAX [ENV...]: shm_check exact on N ranks: every collective
 # checked bit for bit against the rank-order sum.
 exact() {

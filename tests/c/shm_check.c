@@ -57,6 +57,13 @@
  *                 4 B to 1.2 MiB per rank (120 KiB beyond 8 ranks),
  *                 nothing else between: every value checked; prints
  *                 "rank R: rooted ok"
+ *   bye HOW BYTES [COLL]
+ *                 as kill, but the last rank leaves on purpose at the
+ *                 start of the fourth round: HOW destroy (it destroys
+ *                 the group, then stays 2 s: only its goodbye tells),
+ *                 return (it returns from main without a destroy: the
+ *                 library's atexit says goodbye, then the process
+ *                 exits 0); the others must get DR_EPEER as for kill
  *   leave KIND    the writers of a rooted call leave (destroy, exit 0)
  *                 right after it, the readers come 0.3 s later and must
  *                 get the data: KIND bcast (rank 0 broadcasts), reduce
@@ -124,7 +131,8 @@ static int mode_info(void)
 	return 0;
 }
 
-static int mode_kill(size_t bytes, const char *coll)
+/* how: NULL (SIGKILL), "destroy" or "return" (mode bye). */
+static int mode_kill(size_t bytes, const char *coll, const char *how)
 {
 	size_t count = bytes / 4 ? bytes / 4 : 1;
 	float *buf = calloc(count * (size_t)(size + 1), sizeof(float));
@@ -136,7 +144,13 @@ static int mode_kill(size_t bytes, const char *coll)
 
 		if (it == 3 && rank == size - 1) {
 			fflush(stdout);
-			raise(SIGKILL);
+			if (!how)
+				raise(SIGKILL);
+			if (!strcmp(how, "return"))
+				exit(0); /* as a return from main */
+			TRY(dr_destroy_process_group());
+			sleep(2);
+			_exit(0);
 		}
 		if (!strcmp(coll, "broadcast"))
 			e = dr_broadcast(buf, count, DR_FLOAT32, 0, NULL, NULL);
@@ -690,7 +704,7 @@ int main(int argc, char **argv)
 	 * stay to tell what their call returned.  From before init: a
 	 * writer of rooted calls does not wait, so the last rank may die
 	 * before a slow one has left init. */
-	if (!strcmp(mode, "kill"))
+	if (!strcmp(mode, "kill") || !strcmp(mode, "bye"))
 		signal(SIGTERM, SIG_IGN);
 	TRY(dr_init_process_group(NULL, NULL));
 	rank = dr_get_rank();
@@ -699,7 +713,10 @@ int main(int argc, char **argv)
 		rc = mode_info();
 	else if (!strcmp(mode, "kill") && argc > 2)
 		rc = mode_kill((size_t)strtoull(argv[2], NULL, 0),
-			       argc > 3 ? argv[3] : "all_reduce");
+			       argc > 3 ? argv[3] : "all_reduce", NULL);
+	else if (!strcmp(mode, "bye") && argc > 3)
+		rc = mode_kill((size_t)strtoull(argv[3], NULL, 0),
+			       argc > 4 ? argv[4] : "all_reduce", argv[2]);
 	else if (!strcmp(mode, "differ") && argc > 2)
 		rc = mode_differ(argv[2]);
 	else if (!strcmp(mode, "late") && argc > 2)

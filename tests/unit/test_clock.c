@@ -6,8 +6,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <stdlib.h>
+
 #include "clock.h"
+#include "error.h"
 #include "runner.h"
+#include "timeout.h"
 
 static int test_durations_in_every_unit(void)
 {
@@ -91,7 +95,32 @@ static int test_late_clock_is_never_early(void)
 	return 0;
 }
 
+/* Reading the job's timeout on the way out of a failure keeps that
+ * failure's message, even with a malformed DISTRUN_TIMEOUT; init is
+ * where the variable is refused. */
+static int test_timeout_leaves_the_last_error(void)
+{
+	setenv("DISTRUN_TIMEOUT", "soon", 1);
+	dri_fail(DR_EPEER, "the real failure");
+	CHECK(dri_timeout_ms() == 30 * 60 * 1000);
+	CHECK(dri_deadline(0) > dri_now_ms());
+	CHECKF(!strcmp(dr_last_error(), "the real failure"), "%s",
+	       dr_last_error());
+	CHECK(dri_timeout_init(0) == DR_EENV);
+	CHECKF(strstr(dr_last_error(), "DISTRUN_TIMEOUT: bad duration 'soon'"),
+	       "%s", dr_last_error());
+	setenv("DISTRUN_TIMEOUT", "0", 1);
+	CHECK(dri_timeout_init(0) == DR_EENV);
+	CHECK(strstr(dr_last_error(), "must be positive"));
+	CHECK(dri_timeout_init(1500) == DR_OK && dri_timeout_ms() == 1500);
+	dri_timeout_clear();
+	setenv("DISTRUN_TIMEOUT", "2m", 1);
+	CHECK(dri_timeout_init(0) == DR_OK && dri_timeout_ms() == 120000);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
+	UNIT(test_timeout_leaves_the_last_error),
 	UNIT(test_durations_in_every_unit),
 	UNIT(test_bad_durations_say_why),
 	UNIT(test_huge_durations_are_refused),
