@@ -116,7 +116,7 @@ static struct {
 	pthread_mutex_t lock;
 	stager **pool;      /* per device: free stagers */
 	size_t chunk_bytes; /* DISTRUN_CUDA_CHUNK; 0: by size */
-} S = { .once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER };
+} stage_pool = { .once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void stage_init(void)
 {
@@ -124,8 +124,8 @@ static void stage_init(void)
 	char *end = NULL;
 	unsigned long long v = cb ? strtoull(cb, &end, 10) : 0;
 
-	S.chunk_bytes = (cb && end != cb && !*end && v >= 4096) ? (size_t)v : 0;
-	S.pool = calloc((size_t)dri_cu_ndev(), sizeof *S.pool);
+	stage_pool.chunk_bytes = (cb && end != cb && !*end && v >= 4096) ? (size_t)v : 0;
+	stage_pool.pool = calloc((size_t)dri_cu_ndev(), sizeof *stage_pool.pool);
 }
 
 /* CUDA usable and the staging state allocated. */
@@ -133,8 +133,8 @@ static dr_err stage_ready(void)
 {
 	if (!dri_cu_ready())
 		return dri_cu_unavailable();
-	pthread_once(&S.once, stage_init);
-	if (!S.pool)
+	pthread_once(&stage_pool.once, stage_init);
+	if (!stage_pool.pool)
 		return dri_fail(DR_ENOMEM, "out of memory for CUDA staging");
 	return DR_OK;
 }
@@ -159,14 +159,14 @@ static dr_err stager_get(int device, stager **out)
 	CUresult r;
 	const char *call;
 
-	pthread_mutex_lock(&S.lock);
-	while ((s = S.pool[device]) && s->gen != gen) {
-		S.pool[device] = s->next;
+	pthread_mutex_lock(&stage_pool.lock);
+	while ((s = stage_pool.pool[device]) && s->gen != gen) {
+		stage_pool.pool[device] = s->next;
 		free(s);
 	}
 	if (s)
-		S.pool[device] = s->next;
-	pthread_mutex_unlock(&S.lock);
+		stage_pool.pool[device] = s->next;
+	pthread_mutex_unlock(&stage_pool.lock);
 	if (s)
 		goto out;
 
@@ -201,10 +201,10 @@ fail:
 
 static void stager_put(int device, stager *s)
 {
-	pthread_mutex_lock(&S.lock);
-	s->next = S.pool[device];
-	S.pool[device] = s;
-	pthread_mutex_unlock(&S.lock);
+	pthread_mutex_lock(&stage_pool.lock);
+	s->next = stage_pool.pool[device];
+	stage_pool.pool[device] = s;
+	pthread_mutex_unlock(&stage_pool.lock);
 }
 
 /* Pinned memory of at least n bytes.  Growing frees the old block only
@@ -621,7 +621,7 @@ static dr_err staged_run(dri_op *op)
 		size_t factor = coll == DRI_ALL_GATHER ? (size_t)g.n :
 			coll == DRI_REDUCE_SCATTER ? (size_t)g.n + 1 : 1;
 		size_t net = coll == DRI_REDUCE_SCATTER ? (size_t)g.n : factor;
-		size_t cb = S.chunk_bytes;
+		size_t cb = stage_pool.chunk_bytes;
 		if (!cb) {
 			cb = op->count * net * g.esz / 4;
 			cb = cb < MIN_CHUNK_BYTES ? MIN_CHUNK_BYTES :

@@ -77,7 +77,7 @@ static struct {
 	pthread_t p2p_thread;    /* drives outstanding point-to-point */
 	int p2p_on, stop;
 	dr_work *p2p;            /* outstanding point-to-point */
-} G = {
+} sched = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.cv = PTHREAD_COND_INITIALIZER,
 };
@@ -135,29 +135,29 @@ void dri_scratch_release(void)
 
 dr_group *dri_world(void)
 {
-	return G.on ? &G.world : NULL;
+	return sched.on ? &sched.world : NULL;
 }
 
 int dri_world_take_seq(int (*ok)(void *), void *arg, uint64_t *seq)
 {
 	int yes;
 
-	pthread_mutex_lock(&G.mu);
-	yes = G.on && G.world.priv && !G.world_priv.pending && ok(arg);
+	pthread_mutex_lock(&sched.mu);
+	yes = sched.on && sched.world.priv && !sched.world_priv.pending && ok(arg);
 	if (yes)
-		*seq = G.world.seq++;
-	pthread_mutex_unlock(&G.mu);
+		*seq = sched.world.seq++;
+	pthread_mutex_unlock(&sched.mu);
 	return yes;
 }
 
 int dri_world_rank(void)
 {
-	return G.on ? G.world.rank : -1;
+	return sched.on ? sched.world.rank : -1;
 }
 
 int dri_world_size(void)
 {
-	return G.on ? G.world.size : -1;
+	return sched.on ? sched.world.size : -1;
 }
 
 void *dri_or_empty(const void *p)
@@ -169,26 +169,26 @@ void *dri_or_empty(const void *p)
 
 static void timed_wait(int64_t ms)
 {
-	dri_cond_wait_ms(&G.cv, &G.mu, ms);
+	dri_cond_wait_ms(&sched.cv, &sched.mu, ms);
 }
 
 /* ------------------------------------------------------------ groups */
 
 dr_err dri_groups_init(int rank, int world_size)
 {
-	pthread_mutex_lock(&G.mu);
-	memset(&G.world, 0, sizeof(G.world));
-	memset(&G.world_priv, 0, sizeof(G.world_priv));
-	G.world.id = 0;
-	G.world.size = world_size;
-	G.world.rank = rank;
-	G.world.ranks = NULL; /* the identity */
-	G.world.priv = &G.world_priv;
-	G.rank = rank;
-	G.size = world_size;
-	G.stop = 0;
-	G.on = 1;
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
+	memset(&sched.world, 0, sizeof(sched.world));
+	memset(&sched.world_priv, 0, sizeof(sched.world_priv));
+	sched.world.id = 0;
+	sched.world.size = world_size;
+	sched.world.rank = rank;
+	sched.world.ranks = NULL; /* the identity */
+	sched.world.priv = &sched.world_priv;
+	sched.rank = rank;
+	sched.size = world_size;
+	sched.stop = 0;
+	sched.on = 1;
+	pthread_mutex_unlock(&sched.mu);
 	return DR_OK;
 }
 
@@ -216,14 +216,14 @@ dr_group *dri_group_create(uint32_t id, const int *ranks, int n)
 	g->rank = -1;
 	for (int i = 0; i < n; i++) {
 		g->ranks[i] = ranks[i];
-		if (ranks[i] == G.rank)
+		if (ranks[i] == sched.rank)
 			g->rank = i;
 	}
 	node->g = g;
-	pthread_mutex_lock(&G.mu);
-	node->next = G.groups;
-	G.groups = node;
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
+	node->next = sched.groups;
+	sched.groups = node;
+	pthread_mutex_unlock(&sched.mu);
 	return g;
 }
 
@@ -238,21 +238,21 @@ static void wait_group_idle_locked(dr_group *g)
 }
 
 /* Lets the group's progress thread finish its queue and joins it.  Called
- * with G.mu held; drops it while joining. */
+ * with sched.mu held; drops it while joining. */
 static void stop_group_thread_locked(struct gpriv *gp)
 {
 	if (!gp->thread_on)
 		return;
 	gp->stop = 1;
-	pthread_cond_broadcast(&G.cv);
-	pthread_mutex_unlock(&G.mu);
+	pthread_cond_broadcast(&sched.cv);
+	pthread_mutex_unlock(&sched.mu);
 	pthread_join(gp->thread, NULL);
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	gp->thread_on = 0;
 }
 
 /* Frees what a group holds beyond its handle and leaves the handle as a
- * shell that no call accepts: no members, no queue.  G.mu held. */
+ * shell that no call accepts: no members, no queue.  sched.mu held. */
 static void group_release_locked(dr_group *g)
 {
 	struct gpriv *gp = g->priv;
@@ -273,10 +273,10 @@ void dri_group_free(dr_group *g)
 {
 	struct gnode **pp, *node = NULL;
 
-	if (!g || g == &G.world)
+	if (!g || g == &sched.world)
 		return;
-	pthread_mutex_lock(&G.mu);
-	for (pp = &G.groups; *pp; pp = &(*pp)->next)
+	pthread_mutex_lock(&sched.mu);
+	for (pp = &sched.groups; *pp; pp = &(*pp)->next)
 		if ((*pp)->g == g) {
 			node = *pp;
 			*pp = node->next;
@@ -285,7 +285,7 @@ void dri_group_free(dr_group *g)
 	/* Not ours (or destroyed twice): leave it alone. */
 	if (node)
 		group_release_locked(g);
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	if (node) {
 		free(node);
 		free(g);
@@ -304,7 +304,7 @@ void dri_abandon(dr_err err)
 		dri_set_last_error(why);
 		return;
 	}
-	snprintf(msg, sizeof(msg), "rank %d: %s", G.rank, why);
+	snprintf(msg, sizeof(msg), "rank %d: %s", sched.rank, why);
 	dri_transport_abort(err, msg);
 	dri_set_last_error(msg);
 }
@@ -350,7 +350,7 @@ static void p2p_finish_locked(dr_work *w, dr_err err, const char *msg)
  * own when it was aborted, else the code's. */
 static const char *req_failure(const dri_req *r)
 {
-	if (!G.on)
+	if (!sched.on)
 		return "the process group was destroyed before the request "
 		       "completed";
 	return dri_transport_check() ? dr_last_error() : dr_strerror(r->status);
@@ -359,7 +359,7 @@ static const char *req_failure(const dri_req *r)
 /* Outstanding p2p works whose request has completed are marked done. */
 static int p2p_reap_locked(void)
 {
-	dr_work **pp = &G.p2p;
+	dr_work **pp = &sched.p2p;
 	int left = 0;
 
 	while (*pp) {
@@ -385,29 +385,29 @@ static void *group_main(void *arg)
 {
 	struct gpriv *gp = arg;
 
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	for (;;) {
 		if (gp->qhead) {
 			dr_work *w = gp->qhead;
 			gp->qhead = w->next;
 			if (!gp->qhead)
 				gp->qtail = NULL;
-			pthread_mutex_unlock(&G.mu);
+			pthread_mutex_unlock(&sched.mu);
 			dr_err err = dri_run_op(&w->op);
-			pthread_mutex_lock(&G.mu);
+			pthread_mutex_lock(&sched.mu);
 			w->status = err;
 			if (err)
 				snprintf(w->msg, sizeof(w->msg), "%s", dr_last_error());
 			w->done = 1;
 			gp->pending--;
-			pthread_cond_broadcast(&G.cv);
+			pthread_cond_broadcast(&sched.cv);
 			continue;
 		}
 		if (gp->stop)
 			break;
 		timed_wait(1000);
 	}
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	dri_scratch_release();
 	return NULL;
 }
@@ -417,20 +417,20 @@ static void *group_main(void *arg)
 static void *p2p_main(void *arg)
 {
 	(void)arg;
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	for (;;) {
 		if (p2p_reap_locked()) {
-			pthread_mutex_unlock(&G.mu);
+			pthread_mutex_unlock(&sched.mu);
 			dri_transport_progress(100);
-			pthread_mutex_lock(&G.mu);
-			pthread_cond_broadcast(&G.cv);
+			pthread_mutex_lock(&sched.mu);
+			pthread_cond_broadcast(&sched.cv);
 			continue;
 		}
-		if (G.stop)
+		if (sched.stop)
 			break;
 		timed_wait(1000);
 	}
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	return NULL;
 }
 
@@ -447,11 +447,11 @@ static dr_err start_group_thread_locked(struct gpriv *gp)
 
 static dr_err start_p2p_thread_locked(void)
 {
-	if (G.p2p_on)
+	if (sched.p2p_on)
 		return DR_OK;
-	if (dri_thread_start(&G.p2p_thread, NULL, p2p_main, NULL))
+	if (dri_thread_start(&sched.p2p_thread, NULL, p2p_main, NULL))
 		return dri_fail(DR_ESYS, "cannot start the progress thread");
-	G.p2p_on = 1;
+	sched.p2p_on = 1;
 	return DR_OK;
 }
 
@@ -478,7 +478,7 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 	}
 	if (g->rank < 0) {
 		err = dri_fail(DR_ENOTMEMBER, "%s: rank %d is not a member of "
-			       "the group", call, G.rank);
+			       "the group", call, sched.rank);
 		goto fail;
 	}
 	if (op.start) {
@@ -498,11 +498,11 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 	}
 	op.group = g;
 	gp = g->priv;
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	if (w) {
 		err = start_group_thread_locked(gp);
 		if (err) {
-			pthread_mutex_unlock(&G.mu);
+			pthread_mutex_unlock(&sched.mu);
 			goto fail;
 		}
 	}
@@ -510,7 +510,7 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 	op.id.seq = g->seq++;
 	if (!w) {
 		wait_group_idle_locked(g);
-		pthread_mutex_unlock(&G.mu);
+		pthread_mutex_unlock(&sched.mu);
 		return dri_run_op(&op);
 	}
 	w->op = op;
@@ -520,8 +520,8 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 	else
 		gp->qhead = w;
 	gp->qtail = w;
-	pthread_cond_broadcast(&G.cv);
-	pthread_mutex_unlock(&G.mu);
+	pthread_cond_broadcast(&sched.cv);
+	pthread_mutex_unlock(&sched.mu);
 	*work = w;
 	return DR_OK;
 fail:
@@ -536,38 +536,38 @@ void dri_groups_shutdown(void)
 {
 	int64_t deadline = dri_now_ms() + dri_timeout_ms();
 
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	/* Queued calls first, each bounded by its own timeout; then every
 	 * group's thread, then the point-to-point one. */
 	for (;;) {
-		int busy = G.world_priv.pending;
-		for (struct gnode *n = G.groups; n; n = n->next)
+		int busy = sched.world_priv.pending;
+		for (struct gnode *n = sched.groups; n; n = n->next)
 			if (n->g->priv)
 				busy += ((struct gpriv *)n->g->priv)->pending;
 		if (!busy || dri_now_ms() >= deadline)
 			break;
 		timed_wait(100);
 	}
-	for (struct gnode *n = G.groups; n; n = n->next)
+	for (struct gnode *n = sched.groups; n; n = n->next)
 		group_release_locked(n->g);
-	stop_group_thread_locked(&G.world_priv);
-	G.stop = 1;
-	pthread_cond_broadcast(&G.cv);
-	pthread_mutex_unlock(&G.mu);
+	stop_group_thread_locked(&sched.world_priv);
+	sched.stop = 1;
+	pthread_cond_broadcast(&sched.cv);
+	pthread_mutex_unlock(&sched.mu);
 	dri_transport_wake();
-	if (G.p2p_on)
-		pthread_join(G.p2p_thread, NULL);
-	pthread_mutex_lock(&G.mu);
-	G.p2p_on = 0;
-	G.on = 0;
+	if (sched.p2p_on)
+		pthread_join(sched.p2p_thread, NULL);
+	pthread_mutex_lock(&sched.mu);
+	sched.p2p_on = 0;
+	sched.on = 0;
 	/* Works still out keep their handles; they are no longer listed. */
-	while (G.p2p) {
-		dr_work *w = G.p2p;
-		G.p2p = w->next;
+	while (sched.p2p) {
+		dr_work *w = sched.p2p;
+		sched.p2p = w->next;
 		w->next = NULL;
 		w->in_list = 0;
 	}
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 }
 
 /* ---------------------------------------------------------- p2p works */
@@ -591,16 +591,16 @@ dri_req *dri_work_req(dr_work *w)
 
 void dri_work_p2p_start(dr_work *w)
 {
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	/* Without the thread the request still moves whenever the caller
 	 * waits on it (dr_work_wait drives the transport). */
 	if (start_p2p_thread_locked() == DR_OK) {
-		w->next = G.p2p;
-		G.p2p = w;
+		w->next = sched.p2p;
+		sched.p2p = w;
 		w->in_list = 1;
 	}
-	pthread_cond_broadcast(&G.cv);
-	pthread_mutex_unlock(&G.mu);
+	pthread_cond_broadcast(&sched.cv);
+	pthread_mutex_unlock(&sched.mu);
 }
 
 /* ------------------------------------------------------- work handles */
@@ -627,7 +627,7 @@ dr_err dr_work_wait_timeout(dr_work *w, int64_t timeout_ms)
 	if (!w)
 		return dri_fail(DR_EINVAL, "dr_work_wait: work is NULL");
 	deadline = dri_now_ms() + limit;
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	for (;;) {
 		if (w->is_p2p && !w->done &&
 		    __atomic_load_n(&w->req.complete, __ATOMIC_ACQUIRE))
@@ -638,7 +638,7 @@ dr_err dr_work_wait_timeout(dr_work *w, int64_t timeout_ms)
 			break;
 		int64_t left = deadline - dri_now_ms();
 		if (left <= 0) {
-			pthread_mutex_unlock(&G.mu);
+			pthread_mutex_unlock(&sched.mu);
 			return dri_fail(DR_ETIMEDOUT, "dr_work_wait: %s not "
 					"complete after %lld ms", work_name(w),
 					(long long)limit);
@@ -646,14 +646,14 @@ dr_err dr_work_wait_timeout(dr_work *w, int64_t timeout_ms)
 		if (w->is_p2p) {
 			/* Drive the transport ourselves rather than wait for
 			 * the progress thread to notice. */
-			pthread_mutex_unlock(&G.mu);
+			pthread_mutex_unlock(&sched.mu);
 			dri_transport_progress(left > 100 ? 100 : left);
-			pthread_mutex_lock(&G.mu);
+			pthread_mutex_lock(&sched.mu);
 			continue;
 		}
 		timed_wait(left > 1000 ? 1000 : left);
 	}
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	return work_result(w);
 }
 
@@ -664,14 +664,14 @@ dr_err dr_work_wait(dr_work *w)
 	if (w->is_p2p) {
 		/* The transport's own timeout bounds this; it aborts the
 		 * group on expiry like any other wait. */
-		pthread_mutex_lock(&G.mu);
+		pthread_mutex_lock(&sched.mu);
 		int done = w->done;
-		pthread_mutex_unlock(&G.mu);
+		pthread_mutex_unlock(&sched.mu);
 		if (!done) {
 			dr_err err = dri_waitall(&w->req, 1);
-			pthread_mutex_lock(&G.mu);
+			pthread_mutex_lock(&sched.mu);
 			p2p_finish_locked(w, err, err ? dr_last_error() : NULL);
-			pthread_mutex_unlock(&G.mu);
+			pthread_mutex_unlock(&sched.mu);
 		}
 		return work_result(w);
 	}
@@ -684,10 +684,10 @@ int dr_work_is_completed(dr_work *w)
 
 	if (!w)
 		return 0;
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	done = w->done || (w->is_p2p &&
 			   __atomic_load_n(&w->req.complete, __ATOMIC_ACQUIRE));
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	return done;
 }
 
@@ -697,12 +697,12 @@ dr_err dr_work_status(dr_work *w)
 
 	if (!w)
 		return DR_EINVAL;
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	if (w->done)
 		st = w->status;
 	else if (w->is_p2p && __atomic_load_n(&w->req.complete, __ATOMIC_ACQUIRE))
 		st = w->req.status;
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	return st;
 }
 
@@ -719,19 +719,19 @@ void dr_work_free(dr_work *w)
 		return;
 	if (!dr_work_is_completed(w))
 		(void)dr_work_wait(w);
-	pthread_mutex_lock(&G.mu);
+	pthread_mutex_lock(&sched.mu);
 	/* dr_work_wait gives up after the job's timeout, counted from now;
 	 * an op queued behind others may run longer (each bounded by its own
 	 * timeout), and its thread writes into w when it ends. */
 	while (!w->is_p2p && !w->done)
 		timed_wait(1000);
 	if (w->in_list) {
-		for (dr_work **pp = &G.p2p; *pp; pp = &(*pp)->next)
+		for (dr_work **pp = &sched.p2p; *pp; pp = &(*pp)->next)
 			if (*pp == w) {
 				*pp = w->next;
 				break;
 			}
 	}
-	pthread_mutex_unlock(&G.mu);
+	pthread_mutex_unlock(&sched.mu);
 	free(w);
 }

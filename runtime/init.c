@@ -62,13 +62,13 @@ static struct {
 	pid_t pid; /* the process that joined */
 	unsigned round; /* process groups this process has joined */
 	int store_up;   /* this rendezvous reached the store */
-} I = { .rank = -1, .size = -1 };
+} pgroup = { .rank = -1, .size = -1 };
 
 /* The store key of name in this init's round (see the top). */
 static void round_key(char *buf, size_t size, const char *name)
 {
-	if (I.round)
-		snprintf(buf, size, "round%u/%s", I.round, name);
+	if (pgroup.round)
+		snprintf(buf, size, "round%u/%s", pgroup.round, name);
 	else
 		snprintf(buf, size, "%s", name);
 }
@@ -77,22 +77,22 @@ static void round_key(char *buf, size_t size, const char *name)
 
 int dr_is_initialized(void)
 {
-	return I.on;
+	return pgroup.on;
 }
 
 int dr_get_rank(void)
 {
-	return I.on ? I.rank : -1;
+	return pgroup.on ? pgroup.rank : -1;
 }
 
 int dr_get_world_size(void)
 {
-	return I.on ? I.size : -1;
+	return pgroup.on ? pgroup.size : -1;
 }
 
 dri_store *dri_world_store(void)
 {
-	return I.on ? I.kv.st : NULL;
+	return pgroup.on ? pgroup.kv.st : NULL;
 }
 
 
@@ -222,9 +222,9 @@ static dr_err same_vars_check(int64_t t)
 				"must share: longer than %zu bytes in all",
 				dri_rdzv_setting_vars[0], sizeof(mine) - 1);
 	round_key(key, sizeof(key), "settings");
-	if (I.rank == 0)
-		return dri_kv_set(&I.kv, key, mine, strlen(mine));
-	err = dri_kv_get(&I.kv, key, &val, &len, t);
+	if (pgroup.rank == 0)
+		return dri_kv_set(&pgroup.kv, key, mine, strlen(mine));
+	err = dri_kv_get(&pgroup.kv, key, &val, &len, t);
 	if (err)
 		return err;
 	snprintf(theirs, sizeof(theirs), "%.*s",
@@ -243,7 +243,7 @@ static dr_err same_vars_check(int64_t t)
 		setting_value(b, nl, vb, sizeof(vb));
 		return dri_fail(DR_EENV, "%s is %s on rank %d but %s on rank 0: "
 				"it must be the same on every rank",
-				dri_rdzv_setting_vars[i], va, I.rank, vb);
+				dri_rdzv_setting_vars[i], va, pgroup.rank, vb);
 	}
 	return DR_OK;
 }
@@ -263,62 +263,62 @@ static dr_err rendezvous(int64_t t)
 	/* Where the store is: rdzv_env.c's plan.  torchrun's agent serves
 	 * its own; otherwise rank 0 serves ours, at a port published in a
 	 * file when the plan says so (the others wait for the file). */
-	dri_rdzv_identity(&I.plan, ident, sizeof(ident));
+	dri_rdzv_identity(&pgroup.plan, ident, sizeof(ident));
 	err = dri_auth_store_key(ident, skey);
 	if (err)
 		goto out;
-	I.kv.timeout_ms = t;
-	if (I.plan.mode == DRI_RDZV_TORCH) {
+	pgroup.kv.timeout_ms = t;
+	if (pgroup.plan.mode == DRI_RDZV_TORCH) {
 		/* torch's store has no authentication; the transport has */
-		err = dri_tcpstore_connect(I.plan.host, I.plan.port,
-					   I.plan.prefix, t, &I.kv.ts);
+		err = dri_tcpstore_connect(pgroup.plan.host, pgroup.plan.port,
+					   pgroup.plan.prefix, t, &pgroup.kv.ts);
 		if (err)
 			goto out;
 	} else {
-		if (I.rank == 0) {
+		if (pgroup.rank == 0) {
 			/* MASTER_ADDR's addresses, not every interface */
-			err = dri_store_server_start(I.plan.mode == DRI_RDZV_SERVE ?
-						     I.plan.host : I.plan.bind,
-						     I.plan.port, skey, &I.srv);
-			if (!err && I.plan.mode == DRI_RDZV_FILE)
-				err = dri_rdzv_publish(&I.plan,
-					dri_store_server_port(I.srv));
-		} else if (I.plan.mode == DRI_RDZV_FILE) {
-			err = dri_rdzv_lookup(&I.plan, t);
+			err = dri_store_server_start(pgroup.plan.mode == DRI_RDZV_SERVE ?
+						     pgroup.plan.host : pgroup.plan.bind,
+						     pgroup.plan.port, skey, &pgroup.srv);
+			if (!err && pgroup.plan.mode == DRI_RDZV_FILE)
+				err = dri_rdzv_publish(&pgroup.plan,
+					dri_store_server_port(pgroup.srv));
+		} else if (pgroup.plan.mode == DRI_RDZV_FILE) {
+			err = dri_rdzv_lookup(&pgroup.plan, t);
 		}
 		if (err)
 			goto out;
-		err = dri_store_connect(I.plan.host, I.plan.port, skey, I.rank,
-					t, &I.kv.st);
+		err = dri_store_connect(pgroup.plan.host, pgroup.plan.port, skey, pgroup.rank,
+					t, &pgroup.kv.st);
 		if (err)
 			goto out;
 	}
-	I.store_up = 1;
+	pgroup.store_up = 1;
 	/* Two processes with one RANK would corrupt everything after. */
-	snprintf(name, sizeof(name), "rank/%d", I.rank);
+	snprintf(name, sizeof(name), "rank/%d", pgroup.rank);
 	round_key(key, sizeof(key), name);
-	err = dri_kv_add(&I.kv, key, 1, &n);
+	err = dri_kv_add(&pgroup.kv, key, 1, &n);
 	if (err)
 		goto out;
 	if (n != 1) {
 		err = dri_fail(DR_EENV, "RANK=%d is used by more than one "
-			       "process of this job", I.rank);
+			       "process of this job", pgroup.rank);
 		goto out;
 	}
-	if (I.rank == 0) {
-		int32_t ws = I.size;
+	if (pgroup.rank == 0) {
+		int32_t ws = pgroup.size;
 		err = dri_random(job, 16);
 		if (err)
 			goto out;
 		memcpy(job + 16, &ws, 4);
 		round_key(key, sizeof(key), "job");
-		err = dri_kv_set(&I.kv, key, job, sizeof(job));
+		err = dri_kv_set(&pgroup.kv, key, job, sizeof(job));
 		if (err)
 			goto out;
 	} else {
 		int32_t ws;
 		round_key(key, sizeof(key), "job");
-		err = dri_kv_get(&I.kv, key, &val, &len, t);
+		err = dri_kv_get(&pgroup.kv, key, &val, &len, t);
 		if (err)
 			goto out;
 		if (len != sizeof(job)) {
@@ -329,10 +329,10 @@ static dr_err rendezvous(int64_t t)
 		memcpy(job, val, sizeof(job));
 		free(val);
 		memcpy(&ws, job + 16, 4);
-		if (ws != I.size) {
+		if (ws != pgroup.size) {
 			err = dri_fail(DR_EENV, "WORLD_SIZE=%d on rank %d but "
-				       "rank 0 has WORLD_SIZE=%d", I.size,
-				       I.rank, (int)ws);
+				       "rank 0 has WORLD_SIZE=%d", pgroup.size,
+				       pgroup.rank, (int)ws);
 			goto out;
 		}
 	}
@@ -340,7 +340,7 @@ static dr_err rendezvous(int64_t t)
 	if (err)
 		goto out;
 	dri_auth_transport_key(skey, job, 16, tkey);
-	err = local_host(dri_kv_fd(&I.kv), myhost, sizeof(myhost));
+	err = local_host(dri_kv_fd(&pgroup.kv), myhost, sizeof(myhost));
 	if (err)
 		goto out;
 	{
@@ -352,37 +352,37 @@ static dr_err rendezvous(int64_t t)
 				 myhost + 1);
 		else
 			snprintf(bare, sizeof(bare), "%s", myhost);
-		err = dri_transport_listen(bare, I.rank, I.size, &lport);
+		err = dri_transport_listen(bare, pgroup.rank, pgroup.size, &lport);
 	}
 	if (err)
 		goto out;
 	/* The segment (under distrun) and what this rank says about shared
 	 * memory with its address: peers on this host use it. */
-	err = dri_seg_attach(I.rank);
+	err = dri_seg_attach(pgroup.rank);
 	if (!err && !dri_seg_get() && dri_shm_wanted())
-		err = dri_seg_join(&I.kv, I.plan.local_rank, I.plan.local_size,
+		err = dri_seg_join(&pgroup.kv, pgroup.plan.local_rank, pgroup.plan.local_size,
 				   job, t);
 	if (!err)
 		err = dri_shm_addr_suffix(shm, sizeof(shm));
 	if (err)
 		goto out;
 	snprintf(me, sizeof(me), "%s:%d%s", myhost, lport, shm);
-	snprintf(name, sizeof(name), "addr/%d", I.rank);
+	snprintf(name, sizeof(name), "addr/%d", pgroup.rank);
 	round_key(key, sizeof(key), name);
-	err = dri_kv_set(&I.kv, key, me, strlen(me));
+	err = dri_kv_set(&pgroup.kv, key, me, strlen(me));
 	if (err)
 		goto out;
-	if (I.rank == 0) {
-		size_t cap = (size_t)I.size * 64 + 1, used = 0;
+	if (pgroup.rank == 0) {
+		size_t cap = (size_t)pgroup.size * 64 + 1, used = 0;
 		char *all = malloc(cap);
 		if (!all) {
 			err = dri_fail(DR_ENOMEM, "out of memory");
 			goto out;
 		}
-		for (int r = 0; r < I.size; r++) {
+		for (int r = 0; r < pgroup.size; r++) {
 			snprintf(name, sizeof(name), "addr/%d", r);
 			round_key(key, sizeof(key), name);
-			err = dri_kv_get(&I.kv, key, &val, &len, t);
+			err = dri_kv_get(&pgroup.kv, key, &val, &len, t);
 			if (err) {
 				free(all);
 				err = dri_fail(err, "rank %d did not join within "
@@ -407,15 +407,15 @@ static dr_err rendezvous(int64_t t)
 		}
 		all[used] = 0;
 		round_key(key, sizeof(key), "addrs");
-		err = dri_kv_set(&I.kv, key, all, used);
+		err = dri_kv_set(&pgroup.kv, key, all, used);
 		if (!err)
-			err = split_addrs(all, I.size, &addrs);
+			err = split_addrs(all, pgroup.size, &addrs);
 		free(all);
 	} else {
 		round_key(key, sizeof(key), "addrs");
-		err = dri_kv_get(&I.kv, key, &val, &len, t);
+		err = dri_kv_get(&pgroup.kv, key, &val, &len, t);
 		if (!err) {
-			err = split_addrs(val, I.size, &addrs);
+			err = split_addrs(val, pgroup.size, &addrs);
 			free(val);
 		}
 	}
@@ -423,7 +423,7 @@ static dr_err rendezvous(int64_t t)
 		goto out;
 	err = dri_transport_start(addrs, tkey);
 	if (err) {
-		for (int r = 0; r < I.size; r++)
+		for (int r = 0; r < pgroup.size; r++)
 			free(addrs[r]);
 		free(addrs);
 	}
@@ -442,15 +442,15 @@ static dr_err rendezvous_until_joined(void)
 	dr_err err;
 
 	for (;;) {
-		I.store_up = 0;
+		pgroup.store_up = 0;
 		err = rendezvous(t);
 		t = deadline - dri_now_ms();
-		if (!err || err != DR_ECONN || !I.store_up || I.rank == 0 ||
-		    I.plan.mode == DRI_RDZV_TORCH || t <= 0)
+		if (!err || err != DR_ECONN || !pgroup.store_up || pgroup.rank == 0 ||
+		    pgroup.plan.mode == DRI_RDZV_TORCH || t <= 0)
 			return err;
 		/* What this attempt opened goes; the segment stays. */
 		dri_transport_stop();
-		dri_kv_close(&I.kv);
+		dri_kv_close(&pgroup.kv);
 		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
 	}
 }
@@ -460,7 +460,7 @@ static void leave_at_exit(void)
 	/* A program that returns from main without destroying the group
 	 * still says goodbye, so its peers do not take it for a crash.  Not
 	 * a forked child that exits: the connections are its parent's. */
-	if (I.on && getpid() == I.pid)
+	if (pgroup.on && getpid() == pgroup.pid)
 		dr_destroy_process_group();
 }
 
@@ -472,10 +472,10 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 
 	if (!opts)
 		opts = &dflt;
-	if (I.on)
+	if (pgroup.on)
 		return dri_fail(DR_EALREADY, "dr_init_process_group: the process "
 				"group is already initialized (rank %d of %d)",
-				I.rank, I.size);
+				pgroup.rank, pgroup.size);
 	/* -1 (or a world_size of 0) takes the environment's; any other
 	 * value below 0 is a mistake, not a request for the default. */
 	if (opts->rank < -1 || opts->world_size < -1 ||
@@ -495,25 +495,25 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	err = dri_shm_configure(opts->transport);
 	if (err)
 		return err;
-	err = dri_rdzv_plan_make(method, opts->rank, opts->world_size, &I.plan);
+	err = dri_rdzv_plan_make(method, opts->rank, opts->world_size, &pgroup.plan);
 	if (err)
 		goto fail;
-	I.rank = I.plan.rank;
-	I.size = I.plan.size;
+	pgroup.rank = pgroup.plan.rank;
+	pgroup.size = pgroup.plan.size;
 	err = rendezvous_until_joined();
-	dri_rdzv_joined(&I.plan);
+	dri_rdzv_joined(&pgroup.plan);
 	if (err)
 		goto fail;
 	/* After rendezvous, which maps the segment (dri_seg_attach). */
-	dri_ctl_attach(I.rank, I.size);
-	err = dri_groups_init(I.rank, I.size);
+	dri_ctl_attach(pgroup.rank, pgroup.size);
+	err = dri_groups_init(pgroup.rank, pgroup.size);
 	if (err)
 		goto fail;
-	I.on = 1;
-	I.round++;
-	I.pid = getpid();
-	if (!I.atexit_set && !atexit(leave_at_exit))
-		I.atexit_set = 1;
+	pgroup.on = 1;
+	pgroup.round++;
+	pgroup.pid = getpid();
+	if (!pgroup.atexit_set && !atexit(leave_at_exit))
+		pgroup.atexit_set = 1;
 	err = dr_barrier(NULL, NULL, NULL, 0);
 	if (err) {
 		char msg[1024];
@@ -528,10 +528,10 @@ fail:
 		const char *l = dr_get_launcher();
 		snprintf(msg, sizeof(msg), "%s", dr_last_error());
 		dri_transport_stop();
-		dri_kv_close(&I.kv);
-		dri_store_server_stop(I.srv);
-		I.srv = NULL;
-		I.rank = I.size = -1;
+		dri_kv_close(&pgroup.kv);
+		dri_store_server_stop(pgroup.srv);
+		pgroup.srv = NULL;
+		pgroup.rank = pgroup.size = -1;
 		dri_timeout_clear();
 		/* Under another launcher, say which one was read. */
 		if (*l && strcmp(l, "torchrun or distrun") && !strstr(msg, l))
@@ -551,18 +551,18 @@ dr_err dr_init_process_group(const char *backend, const char *init_method)
 
 dr_err dr_destroy_process_group(void)
 {
-	if (!I.on)
+	if (!pgroup.on)
 		return dri_fail(DR_ENOINIT, "dr_destroy_process_group: the "
 				"process group has not been initialized");
 	dri_groups_shutdown();
 	dri_transport_stop();
 	dri_scratch_release();
 	dri_ctl_detach();
-	dri_kv_close(&I.kv);
-	dri_store_server_stop(I.srv);
-	I.srv = NULL;
-	I.on = 0;
-	I.rank = I.size = -1;
+	dri_kv_close(&pgroup.kv);
+	dri_store_server_stop(pgroup.srv);
+	pgroup.srv = NULL;
+	pgroup.on = 0;
+	pgroup.rank = pgroup.size = -1;
 	dri_timeout_clear();
 	return DR_OK;
 }

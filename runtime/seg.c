@@ -48,34 +48,34 @@ static struct {
 	dri_seg_hdr *hdr;
 	int local;
 	char why[256];
-} S = { .local = -1 };
+} joined_seg = { .local = -1 };
 
 dri_seg_hdr *dri_seg_get(void)
 {
-	return S.hdr;
+	return joined_seg.hdr;
 }
 
 void *dri_seg_ctl(int local_rank)
 {
-	if (!S.hdr || local_rank < 0 || (uint32_t)local_rank >= S.hdr->nranks)
+	if (!joined_seg.hdr || local_rank < 0 || (uint32_t)local_rank >= joined_seg.hdr->nranks)
 		return NULL;
-	return (char *)S.hdr + S.hdr->ctl_off +
-	       (uint64_t)local_rank * S.hdr->ctl_size;
+	return (char *)joined_seg.hdr + joined_seg.hdr->ctl_off +
+	       (uint64_t)local_rank * joined_seg.hdr->ctl_size;
 }
 
 int dri_seg_local_rank(void)
 {
-	return S.hdr ? S.local : -1;
+	return joined_seg.hdr ? joined_seg.local : -1;
 }
 
 const char *dri_seg_why(void)
 {
-	return S.why;
+	return joined_seg.why;
 }
 
 /* Checks the mapped header against the layout for its rank count and
  * against this job (job, or DISTRUN_JOB_ID when NULL); slot is this
- * rank's (-1: rank - first_rank).  Fills S.why and returns -1 if anything
+ * rank's (-1: rank - first_rank).  Fills joined_seg.why and returns -1 if anything
  * is off. */
 static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 		     const uint8_t *want_job, int slot)
@@ -85,12 +85,12 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 	uint8_t job[16];
 
 	if (h->magic != DRI_SEG_MAGIC || h->version != DRI_SEG_VERSION) {
-		snprintf(S.why, sizeof(S.why), "bad magic or version "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "bad magic or version "
 			 "(0x%08x v%u)", h->magic, h->version);
 		return -1;
 	}
 	if (h->nranks == 0 || h->nranks > (1u << 20)) {
-		snprintf(S.why, sizeof(S.why), "bad rank count %u", h->nranks);
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "bad rank count %u", h->nranks);
 		return -1;
 	}
 	dri_seg_layout(&want, h->nranks);
@@ -100,18 +100,18 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 	    want.ring_stride != h->ring_stride ||
 	    want.ring_size != h->ring_size || want.blk_size != h->blk_size ||
 	    want.coll_off != h->coll_off || want.coll_half != h->coll_half) {
-		snprintf(S.why, sizeof(S.why), "its layout (%llu bytes for %u "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "its layout (%llu bytes for %u "
 			 "ranks) is not this build's", (unsigned long long)fsize,
 			 h->nranks);
 		return -1;
 	}
 	if (want_job) {
 		if (memcmp(want_job, h->job_id, 16)) {
-			snprintf(S.why, sizeof(S.why), "it belongs to another job");
+			snprintf(joined_seg.why, sizeof(joined_seg.why), "it belongs to another job");
 			return -1;
 		}
 		if (slot < 0 || (uint32_t)slot >= h->nranks) {
-			snprintf(S.why, sizeof(S.why), "it has no slot %d (%u "
+			snprintf(joined_seg.why, sizeof(joined_seg.why), "it has no slot %d (%u "
 				 "ranks)", slot, h->nranks);
 			return -1;
 		}
@@ -120,13 +120,13 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 	if (jid)
 		dri_seg_job_id(jid, job);
 	if (!jid || memcmp(job, h->job_id, 16)) {
-		snprintf(S.why, sizeof(S.why), "it belongs to another job "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "it belongs to another job "
 			 "(DISTRUN_JOB_ID %s)", jid ? jid : "unset");
 		return -1;
 	}
 	if (rank < h->first_rank ||
 	    (int64_t)rank - h->first_rank >= (int64_t)h->nranks) {
-		snprintf(S.why, sizeof(S.why), "it has no control block for "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "it has no control block for "
 			 "rank %d (ranks %d..%d)", rank, h->first_rank,
 			 h->first_rank + (int)h->nranks - 1);
 		return -1;
@@ -134,8 +134,8 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 	return 0;
 }
 
-/* Maps fd (a sealed memfd, checked as check_hdr says) into S; returns 0,
- * or -1 with S.why set (prefixed by what). */
+/* Maps fd (a sealed memfd, checked as check_hdr says) into joined_seg; returns 0,
+ * or -1 with joined_seg.why set (prefixed by what). */
 static int map_checked(int fd, const char *what, int rank,
 		       const uint8_t *job, int slot)
 {
@@ -148,7 +148,7 @@ static int map_checked(int fd, const char *what, int rank,
 	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) !=
 		    (F_SEAL_SHRINK | F_SEAL_GROW) ||
 	    st.st_size < (off_t)sizeof(dri_seg_hdr)) {
-		snprintf(S.why, sizeof(S.why), "%s is not the job's sealed "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "%s is not the job's sealed "
 			 "memfd (%s)", what,
 			 errno ? dri_strerror(errno) : "wrong kind or size");
 		return -1;
@@ -156,7 +156,7 @@ static int map_checked(int fd, const char *what, int rank,
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
 		 fd, 0);
 	if (p == MAP_FAILED) {
-		snprintf(S.why, sizeof(S.why), "mmap of %s: %s", what,
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "mmap of %s: %s", what,
 			 dri_strerror(errno));
 		return -1;
 	}
@@ -164,13 +164,13 @@ static int map_checked(int fd, const char *what, int rank,
 		char tmp[160];
 
 		munmap(p, (size_t)st.st_size);
-		snprintf(tmp, sizeof(tmp), "%.159s", S.why);
-		snprintf(S.why, sizeof(S.why), "segment %.60s refused: %s",
+		snprintf(tmp, sizeof(tmp), "%.159s", joined_seg.why);
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "segment %.60s refused: %s",
 			 what, tmp);
 		return -1;
 	}
-	S.hdr = p;
-	S.local = job ? slot : rank - S.hdr->first_rank;
+	joined_seg.hdr = p;
+	joined_seg.local = job ? slot : rank - joined_seg.hdr->first_rank;
 	return 0;
 }
 
@@ -180,15 +180,15 @@ dr_err dri_seg_attach(int rank)
 	char what[64], *end;
 	long fd;
 
-	if (S.tried)
+	if (joined_seg.tried)
 		return DR_OK;
-	S.tried = 1;
+	joined_seg.tried = 1;
 	if (!s || !*s)
 		return DR_OK;
 	errno = 0;
 	fd = strtol(s, &end, 10);
 	if (errno || *end || fd < 3 || fd > 1 << 20) {
-		snprintf(S.why, sizeof(S.why), "%s='%s' is not an fd number",
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "%s='%s' is not an fd number",
 			 DRI_SEG_ENV_FD, s);
 		return DR_OK;
 	}
@@ -236,12 +236,12 @@ static dr_err seg_create(dri_kv *kv, const char *key, const uint8_t job[16],
 	fd = memfd_create("distrun-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, (off_t)layout.size) ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		snprintf(S.why, sizeof(S.why), "memfd: %s", dri_strerror(errno));
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "memfd: %s", dri_strerror(errno));
 		goto fail;
 	}
 	p = mmap(NULL, layout.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
-		snprintf(S.why, sizeof(S.why), "mmap: %s", dri_strerror(errno));
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "mmap: %s", dri_strerror(errno));
 		goto fail;
 	}
 	h = p;
@@ -255,15 +255,15 @@ static dr_err seg_create(dri_kv *kv, const char *key, const uint8_t job[16],
 	    sizeof(h->nonce))
 		h->nonce = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
 	h->abort_rank = -1;
-	S.hdr = h;
-	S.local = 0;
+	joined_seg.hdr = h;
+	joined_seg.local = 0;
 	creator_fd = fd;
 	snprintf(val, sizeof(val), "%d %d", (int)getpid(), fd);
 	return dri_kv_set(kv, key, val, strlen(val));
 fail:
 	if (fd >= 0)
 		close(fd);
-	snprintf(val, sizeof(val), "none %s", S.why);
+	snprintf(val, sizeof(val), "none %s", joined_seg.why);
 	return dri_kv_set(kv, key, val, strlen(val));
 }
 
@@ -276,11 +276,11 @@ dr_err dri_seg_join(dri_kv *kv, int local_rank, int local_size,
 	int pid, fdn, fd;
 	dr_err err;
 
-	if (S.hdr || !S.tried || S.joined)
+	if (joined_seg.hdr || !joined_seg.tried || joined_seg.joined)
 		return DR_OK;
-	S.joined = 1;
+	joined_seg.joined = 1;
 	if (local_rank < 0 || local_size < 1) {
-		snprintf(S.why, sizeof(S.why), "the launcher does not say how "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "the launcher does not say how "
 			 "many ranks run on this host");
 		return DR_OK;
 	}
@@ -295,7 +295,7 @@ dr_err dri_seg_join(dri_kv *kv, int local_rank, int local_size,
 		return dri_fail(err, "local rank 0's shared segment: %s",
 				dr_last_error());
 	if (sscanf(val, "%d %d", &pid, &fdn) != 2) {
-		snprintf(S.why, sizeof(S.why), "local rank 0 made no segment "
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "local rank 0 made no segment "
 			 "(%.200s)", (char *)val + (len > 5 ? 5 : len));
 		free(val);
 		return DR_OK;
@@ -304,7 +304,7 @@ dr_err dri_seg_join(dri_kv *kv, int local_rank, int local_size,
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fdn);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(S.why, sizeof(S.why), "local rank 0's segment %s: %s",
+		snprintf(joined_seg.why, sizeof(joined_seg.why), "local rank 0's segment %s: %s",
 			 path, dri_strerror(errno));
 		return DR_OK;
 	}

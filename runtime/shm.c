@@ -59,7 +59,7 @@
 
 enum { MODE_AUTO, MODE_SHM, MODE_TCP };
 
-/* M.pidfd[i] when it holds no pidfd: not watched; watched without one
+/* host_shm.pidfd[i] when it holds no pidfd: not watched; watched without one
  * (no pidfd_open before Linux 5.3, or no fd left), by kill(pid, 0); its
  * process was gone when the watch began (pidfd_open: ESRCH); its death
  * reported once already. */
@@ -86,23 +86,23 @@ static struct {
 	uint64_t want_val;
 	unsigned generation;   /* dri_shm_start calls */
 	int per_cpu;           /* ranks on this host per CPU we may use */
-} M = { .me = -1, .wsock = -1, .ssock = -1 };
+} host_shm = { .me = -1, .wsock = -1, .ssock = -1 };
 
 static unsigned char *xport(void)
 {
-	return (unsigned char *)M.h + M.h->xport_off;
+	return (unsigned char *)host_shm.h + host_shm.h->xport_off;
 }
 
 static dri_seg_rank *blk(int local)
 {
-	return (dri_seg_rank *)(xport() + (uint64_t)local * M.h->blk_size);
+	return (dri_seg_rank *)(xport() + (uint64_t)local * host_shm.h->blk_size);
 }
 
 static dri_seg_ring *ring(int s, int r)
 {
-	return (dri_seg_ring *)((unsigned char *)M.h + M.h->rings_off +
-				((uint64_t)s * M.h->nranks + (uint64_t)r) *
-					M.h->ring_stride);
+	return (dri_seg_ring *)((unsigned char *)host_shm.h + host_shm.h->rings_off +
+				((uint64_t)s * host_shm.h->nranks + (uint64_t)r) *
+					host_shm.h->ring_stride);
 }
 
 static long futex(uint32_t *w, int op, uint32_t val,
@@ -133,11 +133,11 @@ dr_err dri_shm_configure(const char *opt)
 	const char *env = getenv("DISTRUN_TRANSPORT");
 
 	if (opt && *opt) {
-		if (parse_mode(opt, &M.mode))
+		if (parse_mode(opt, &host_shm.mode))
 			return dri_fail(DR_EINVAL, "dr_init_options.transport "
 					"'%s': use \"auto\", \"shm\" or \"tcp\"",
 					opt);
-	} else if (parse_mode(env, &M.mode)) {
+	} else if (parse_mode(env, &host_shm.mode)) {
 		return dri_fail(DR_EENV, "DISTRUN_TRANSPORT='%s': use auto, shm "
 				"or tcp", env);
 	}
@@ -165,7 +165,7 @@ int dri_shm_direct_mode(void)
 
 int dri_shm_wanted(void)
 {
-	return M.mode != MODE_TCP;
+	return host_shm.mode != MODE_TCP;
 }
 
 /* DISTRUN_PRETEND_HOSTS=A+B+...: host 0 takes the first A slots, host 1
@@ -193,7 +193,7 @@ static dr_err pretend_sizes(const char *k, int slot)
 	slot = slot >= 0 ? (int)(slot % sum) : 0;
 	while (slot >= sizes[h])
 		slot -= (int)sizes[h++];
-	snprintf(M.host, sizeof(M.host), "pretend%d", h);
+	snprintf(host_shm.host, sizeof(host_shm.host), "pretend%d", h);
 	return DR_OK;
 }
 
@@ -207,7 +207,7 @@ static dr_err host_id(int slot)
 	const char *s = getenv("DISTRUN_HOST_ID");
 	const char *k = getenv("DISTRUN_PRETEND_HOSTS");
 
-	M.host[0] = 0;
+	host_shm.host[0] = 0;
 	if ((!s || !*s) && k && *k && strchr(k, '+'))
 		return pretend_sizes(k, slot);
 	if ((!s || !*s) && k && *k) {
@@ -217,7 +217,7 @@ static dr_err host_id(int slot)
 		if (*end || v < 1 || v > 1 << 20)
 			return dri_fail(DR_EENV, "DISTRUN_PRETEND_HOSTS='%s' is "
 					"not a count of hosts", k);
-		snprintf(M.host, sizeof(M.host), "pretend%ld",
+		snprintf(host_shm.host, sizeof(host_shm.host), "pretend%ld",
 			 slot >= 0 ? slot % v : 0);
 		return DR_OK;
 	}
@@ -229,7 +229,7 @@ static dr_err host_id(int slot)
 		return dri_fail(DR_EENV, "DISTRUN_HOST_ID='%s': at most %d "
 				"letters, digits, '.', '_' or '-'", s,
 				HOST_ID_MAX);
-	strcpy(M.host, s);
+	strcpy(host_shm.host, s);
 	return DR_OK;
 }
 
@@ -240,10 +240,10 @@ static dr_err wait_peers_left(void)
 {
 	int64_t deadline = dri_now_ms() + dri_timeout_ms();
 
-	for (uint32_t l = 0; l < M.h->nranks; l++) {
+	for (uint32_t l = 0; l < host_shm.h->nranks; l++) {
 		dri_seg_rank *b = blk((int)l);
 
-		while ((int)l != M.me &&
+		while ((int)l != host_shm.me &&
 		       __atomic_load_n(&b->active, __ATOMIC_ACQUIRE)) {
 			int32_t pid = __atomic_load_n(&b->pid, __ATOMIC_ACQUIRE);
 
@@ -267,16 +267,16 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 	dr_err err;
 
 	buf[0] = 0;
-	M.h = NULL;
+	host_shm.h = NULL;
 	err = host_id(dri_seg_local_rank());
 	if (err)
 		return err;
-	if (M.mode == MODE_TCP)
+	if (host_shm.mode == MODE_TCP)
 		return DR_OK;
 	if (!h || !h->ring_size) {
 		const char *why = !h ? dri_seg_why() : "";
 
-		if (M.mode == MODE_AUTO)
+		if (host_shm.mode == MODE_AUTO)
 			return DR_OK;
 		if (h)
 			return dri_fail(DR_EINVAL, "transport shm: the job's "
@@ -287,13 +287,13 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 				"shared segment (%s)", *why ? why :
 				"not started by distrun");
 	}
-	M.h = h;
-	M.me = dri_seg_local_rank();
+	host_shm.h = h;
+	host_shm.me = dri_seg_local_rank();
 	snprintf(buf, size, "|");
 	for (int i = 0; i < 16; i++)
 		snprintf(buf + 1 + 2 * i, size - 1 - 2 * i, "%02x", h->job_id[i]);
 	snprintf(buf + 33, size - 33, ".%016llx/%s/%d",
-		 (unsigned long long)h->nonce, M.host, M.me);
+		 (unsigned long long)h->nonce, host_shm.host, host_shm.me);
 	/* A peer still in the last process group may read our flags (its
 	 * last call) and write to our rings (its goodbye): not before it
 	 * has left may we start again. */
@@ -304,17 +304,17 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 	 * ours left unread there is not for this one.  No peer writes to
 	 * us before it has our address, which is published after this. */
 	for (uint32_t s = 0; s < h->nranks; s++) {
-		dri_seg_ring *rg = ring((int)s, M.me);
+		dri_seg_ring *rg = ring((int)s, host_shm.me);
 
 		__atomic_store_n(&rg->head, __atomic_load_n(&rg->tail,
 				 __ATOMIC_ACQUIRE), __ATOMIC_SEQ_CST);
 	}
 	/* Nor do the flags of the collectives (coll_shm.c) carry over. */
-	memset(blk(M.me)->call, 0, sizeof(blk(M.me)->call));
-	memset(&blk(M.me)->last, 0, sizeof(blk(M.me)->last));
-	__atomic_store_n(&blk(M.me)->up, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&blk(M.me)->down, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&blk(M.me)->pid, (int32_t)getpid(), __ATOMIC_RELEASE);
+	memset(blk(host_shm.me)->call, 0, sizeof(blk(host_shm.me)->call));
+	memset(&blk(host_shm.me)->last, 0, sizeof(blk(host_shm.me)->last));
+	__atomic_store_n(&blk(host_shm.me)->up, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&blk(host_shm.me)->down, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&blk(host_shm.me)->pid, (int32_t)getpid(), __ATOMIC_RELEASE);
 	return DR_OK;
 }
 
@@ -345,7 +345,7 @@ static socklen_t wake_addr(int l, struct sockaddr_un *a)
 	memset(a, 0, sizeof(*a));
 	a->sun_family = AF_UNIX;
 	n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1,
-		     "distrun-%016llx-%d", (unsigned long long)M.h->nonce, l);
+		     "distrun-%016llx-%d", (unsigned long long)host_shm.h->nonce, l);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
@@ -354,12 +354,12 @@ static socklen_t wake_addr(int l, struct sockaddr_un *a)
 static void wake_sock_open(void)
 {
 	struct sockaddr_un a;
-	socklen_t len = wake_addr(M.me, &a);
+	socklen_t len = wake_addr(host_shm.me, &a);
 
-	M.wsock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (M.wsock >= 0 && bind(M.wsock, (struct sockaddr *)&a, len)) {
-		close(M.wsock);
-		M.wsock = -1;
+	host_shm.wsock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (host_shm.wsock >= 0 && bind(host_shm.wsock, (struct sockaddr *)&a, len)) {
+		close(host_shm.wsock);
+		host_shm.wsock = -1;
 	}
 }
 
@@ -368,17 +368,17 @@ static void wake_sock_open(void)
  * slot.  A rank without shared memory is a host of its own. */
 static dr_err host_map(const char **sfx, int size)
 {
-	M.host_of = malloc((size_t)size * sizeof(int));
-	if (!M.host_of)
+	host_shm.host_of = malloc((size_t)size * sizeof(int));
+	if (!host_shm.host_of)
 		return dri_fail(DR_ENOMEM, "out of memory for %d peers", size);
 	for (int i = 0; i < size; i++) {
 		int kl = suffix_key_len(sfx[i]);
 
-		M.host_of[i] = i;
+		host_shm.host_of[i] = i;
 		for (int j = 0; kl > 0 && j < i; j++)
-			if (M.host_of[j] == j && suffix_key_len(sfx[j]) == kl &&
+			if (host_shm.host_of[j] == j && suffix_key_len(sfx[j]) == kl &&
 			    !memcmp(sfx[i], sfx[j], (size_t)kl)) {
-				M.host_of[i] = j;
+				host_shm.host_of[i] = j;
 				break;
 			}
 	}
@@ -391,24 +391,24 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 	int nlocal = 1, klen;
 	dr_err err = DR_OK;
 
-	M.rank = rank;
-	M.size = size;
-	M.npeers = M.ntcp = 0;
-	M.local = malloc((size_t)size * sizeof(int));
-	M.pidfd = malloc((size_t)size * sizeof(int));
-	M.world = M.h ? malloc(M.h->nranks * sizeof(int)) : NULL;
-	if (!sfx || !M.local || !M.pidfd || (M.h && !M.world)) {
+	host_shm.rank = rank;
+	host_shm.size = size;
+	host_shm.npeers = host_shm.ntcp = 0;
+	host_shm.local = malloc((size_t)size * sizeof(int));
+	host_shm.pidfd = malloc((size_t)size * sizeof(int));
+	host_shm.world = host_shm.h ? malloc(host_shm.h->nranks * sizeof(int)) : NULL;
+	if (!sfx || !host_shm.local || !host_shm.pidfd || (host_shm.h && !host_shm.world)) {
 		free(sfx);
 		dri_shm_stop();
 		return dri_fail(DR_ENOMEM, "out of memory for %d peers", size);
 	}
-	for (int i = 0; M.h && i < (int)M.h->nranks; i++)
-		M.world[i] = -1;
+	for (int i = 0; host_shm.h && i < (int)host_shm.h->nranks; i++)
+		host_shm.world[i] = -1;
 	for (int i = 0; i < size; i++) {
 		char *bar = strchr(addrs[i], '|');
 
-		M.local[i] = -1;
-		M.pidfd[i] = W_OFF;
+		host_shm.local[i] = -1;
+		host_shm.pidfd[i] = W_OFF;
 		sfx[i] = "";
 		if (bar) {
 			*bar = 0; /* the TCP address stays in addrs[i] */
@@ -416,7 +416,7 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 		}
 	}
 	klen = suffix_key_len(sfx[rank]);
-	for (int i = 0; M.h && klen > 0 && i < size; i++) {
+	for (int i = 0; host_shm.h && klen > 0 && i < size; i++) {
 		const char *p = sfx[i];
 		char *end;
 		long l;
@@ -426,14 +426,14 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 			continue;
 		l = strtol(p + klen + 1, &end, 10);
 		if (*end || end == p + klen + 1 || l < 0 ||
-		    l >= (long)M.h->nranks || l == M.me || M.world[l] >= 0) {
+		    l >= (long)host_shm.h->nranks || l == host_shm.me || host_shm.world[l] >= 0) {
 			err = dri_fail(DR_EPROTO, "rank %d publishes shared "
 				       "memory slot '%s'", i, p + klen + 1);
 			break;
 		}
-		M.local[i] = (int)l;
-		M.world[l] = i;
-		M.npeers++;
+		host_shm.local[i] = (int)l;
+		host_shm.world[l] = i;
+		host_shm.npeers++;
 		nlocal++;
 	}
 	if (!err)
@@ -443,30 +443,30 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 		dri_shm_stop();
 		return err;
 	}
-	M.ntcp = size - 1 - M.npeers;
-	if (M.mode == MODE_SHM && M.ntcp) {
+	host_shm.ntcp = size - 1 - host_shm.npeers;
+	if (host_shm.mode == MODE_SHM && host_shm.ntcp) {
 		dri_shm_stop();
 		return dri_fail(DR_EINVAL, "transport shm: %d of %d peers are "
 				"not on this host (or not in shared memory); use "
-				"auto", M.ntcp, size - 1);
+				"auto", host_shm.ntcp, size - 1);
 	}
-	if (!M.npeers)
-		M.h = NULL;
-	if (M.h && M.ntcp)
+	if (!host_shm.npeers)
+		host_shm.h = NULL;
+	if (host_shm.h && host_shm.ntcp)
 		wake_sock_open();
-	M.oversub = nlocal > ncpus();
-	M.per_cpu = (nlocal + ncpus() - 1) / ncpus();
-	M.next_check = 0;
-	M.on = 1;
-	M.generation++;
-	if (M.h)
-		__atomic_store_n(&blk(M.me)->active, 1, __ATOMIC_RELEASE);
+	host_shm.oversub = nlocal > ncpus();
+	host_shm.per_cpu = (nlocal + ncpus() - 1) / ncpus();
+	host_shm.next_check = 0;
+	host_shm.on = 1;
+	host_shm.generation++;
+	if (host_shm.h)
+		__atomic_store_n(&blk(host_shm.me)->active, 1, __ATOMIC_RELEASE);
 	/* With the whole world here, the collectives wait on flags, not
 	 * messages: watch, from now while they live, the ranks whose flags
 	 * this rank waits for (coll_shm.c: all of them, or its parent and
 	 * children in the tree), so that one that exits even between two
 	 * calls is seen. */
-	for (int i = 0; M.h && M.npeers == size - 1 && i < size; i++)
+	for (int i = 0; host_shm.h && host_shm.npeers == size - 1 && i < size; i++)
 		if (i != rank && (size <= DRI_SHM_FLAT_MAX ||
 				  i == (rank - 1) / DRI_SHM_TREE_K ||
 				  (i - 1) / DRI_SHM_TREE_K == rank))
@@ -477,72 +477,72 @@ dr_err dri_shm_start(int rank, int size, char **addrs)
 void dri_shm_stop(void)
 {
 	/* After the transport's goodbyes: nothing more of ours comes. */
-	if (M.on && M.h && M.me >= 0)
-		__atomic_store_n(&blk(M.me)->active, 0, __ATOMIC_RELEASE);
-	for (int i = 0; M.pidfd && i < M.size; i++)
-		if (M.pidfd[i] >= 0)
-			close(M.pidfd[i]);
-	free(M.local);
-	free(M.world);
-	free(M.pidfd);
-	free(M.host_of);
-	if (M.wsock >= 0)
-		close(M.wsock);
-	if (M.ssock >= 0)
-		close(M.ssock);
-	M.wsock = M.ssock = -1;
-	M.local = M.world = M.pidfd = M.host_of = NULL;
-	M.npeers = M.ntcp = 0;
-	M.on = 0;
-	M.h = NULL;
+	if (host_shm.on && host_shm.h && host_shm.me >= 0)
+		__atomic_store_n(&blk(host_shm.me)->active, 0, __ATOMIC_RELEASE);
+	for (int i = 0; host_shm.pidfd && i < host_shm.size; i++)
+		if (host_shm.pidfd[i] >= 0)
+			close(host_shm.pidfd[i]);
+	free(host_shm.local);
+	free(host_shm.world);
+	free(host_shm.pidfd);
+	free(host_shm.host_of);
+	if (host_shm.wsock >= 0)
+		close(host_shm.wsock);
+	if (host_shm.ssock >= 0)
+		close(host_shm.ssock);
+	host_shm.wsock = host_shm.ssock = -1;
+	host_shm.local = host_shm.world = host_shm.pidfd = host_shm.host_of = NULL;
+	host_shm.npeers = host_shm.ntcp = 0;
+	host_shm.on = 0;
+	host_shm.h = NULL;
 }
 
 int dri_shm_is_peer(int peer)
 {
-	return M.h && M.local && peer >= 0 && peer < M.size &&
-	       M.local[peer] >= 0;
+	return host_shm.h && host_shm.local && peer >= 0 && peer < host_shm.size &&
+	       host_shm.local[peer] >= 0;
 }
 
 int dri_shm_host_of(int rank)
 {
-	return M.host_of && rank >= 0 && rank < M.size ? M.host_of[rank] : rank;
+	return host_shm.host_of && rank >= 0 && rank < host_shm.size ? host_shm.host_of[rank] : rank;
 }
 
 int dri_shm_npeers(void)
 {
-	return M.on ? M.npeers : 0;
+	return host_shm.on ? host_shm.npeers : 0;
 }
 
 int dri_shm_ntcp(void)
 {
-	return M.on ? M.ntcp : 0;
+	return host_shm.on ? host_shm.ntcp : 0;
 }
 
 const char *dri_shm_transport_name(void)
 {
-	if (!M.on)
+	if (!host_shm.on)
 		return "none";
-	if (M.npeers && M.ntcp)
+	if (host_shm.npeers && host_shm.ntcp)
 		return "shm+tcp";
-	if (M.npeers)
+	if (host_shm.npeers)
 		return "shm";
 	/* A job of one rank talks to nobody: it has what it asked for. */
-	return M.ntcp || M.mode != MODE_SHM ? "tcp" : "shm";
+	return host_shm.ntcp || host_shm.mode != MODE_SHM ? "tcp" : "shm";
 }
 
 const char *dr_transport_name(void)
 {
-	return M.on ? dri_shm_transport_name() : NULL;
+	return host_shm.on ? dri_shm_transport_name() : NULL;
 }
 
 int dri_shm_oversubscribed(void)
 {
-	return M.oversub;
+	return host_shm.oversub;
 }
 
 int dri_shm_ranks_per_cpu(void)
 {
-	return M.per_cpu;
+	return host_shm.per_cpu;
 }
 
 /* ------------------------------------------------------------ bytes */
@@ -556,13 +556,13 @@ static void wake_poller(int l)
 	struct sockaddr_un a;
 	socklen_t len;
 
-	if (M.ssock < 0)
-		M.ssock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK |
+	if (host_shm.ssock < 0)
+		host_shm.ssock = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK |
 				 SOCK_CLOEXEC, 0);
-	if (M.ssock < 0)
+	if (host_shm.ssock < 0)
 		return;
 	len = wake_addr(l, &a);
-	(void)!sendto(M.ssock, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+	(void)!sendto(host_shm.ssock, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL,
 		      (struct sockaddr *)&a, len);
 }
 
@@ -572,7 +572,7 @@ enum { WAIT_FUTEX = 1, WAIT_POLL = 2 };
 static void notify(int l)
 {
 	dri_seg_rank *b = blk(l);
-	uint64_t bit = 1ull << (M.me % 64), *w = &b->ready[M.me / 64];
+	uint64_t bit = 1ull << (host_shm.me % 64), *w = &b->ready[host_shm.me / 64];
 	uint32_t waiting;
 
 	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
@@ -590,9 +590,9 @@ static void notify(int l)
 
 size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all)
 {
-	int l = M.local[peer];
-	dri_seg_ring *rg = ring(M.me, l);
-	uint64_t size = M.h->ring_size, tail = rg->tail;
+	int l = host_shm.local[peer];
+	dri_seg_ring *rg = ring(host_shm.me, l);
+	uint64_t size = host_shm.h->ring_size, tail = rg->tail;
 	uint64_t head = __atomic_load_n(&rg->head, __ATOMIC_ACQUIRE);
 	size_t room = (size_t)(size - (tail - head)), want = 0, put = 0;
 
@@ -632,9 +632,9 @@ size_t dri_shm_sendv(int peer, const struct iovec *iov, int n, int all)
 
 size_t dri_shm_recv(int peer, void *buf, size_t len)
 {
-	int l = M.local[peer];
-	dri_seg_ring *rg = ring(l, M.me);
-	uint64_t size = M.h->ring_size, head = rg->head;
+	int l = host_shm.local[peer];
+	dri_seg_ring *rg = ring(l, host_shm.me);
+	uint64_t size = host_shm.h->ring_size, head = rg->head;
 	uint64_t avail = __atomic_load_n(&rg->tail, __ATOMIC_ACQUIRE) - head;
 	unsigned char *dst = buf;
 	size_t got = 0;
@@ -664,10 +664,10 @@ int dri_shm_ready(int *out, int max)
 	dri_seg_rank *b;
 	int n = 0;
 
-	if (!M.h)
+	if (!host_shm.h)
 		return 0;
-	b = blk(M.me);
-	for (uint32_t w = 0; w < (M.h->nranks + 63) / 64 && n < max; w++) {
+	b = blk(host_shm.me);
+	for (uint32_t w = 0; w < (host_shm.h->nranks + 63) / 64 && n < max; w++) {
 		uint64_t x;
 
 		if (!__atomic_load_n(&b->ready[w], __ATOMIC_RELAXED))
@@ -677,9 +677,9 @@ int dri_shm_ready(int *out, int max)
 			int l = (int)(w * 64) + __builtin_ctzll(x);
 
 			x &= x - 1;
-			if (M.world[l] >= 0 && n < max)
-				out[n++] = M.world[l];
-			else if (M.world[l] >= 0) /* no room: keep it for later */
+			if (host_shm.world[l] >= 0 && n < max)
+				out[n++] = host_shm.world[l];
+			else if (host_shm.world[l] >= 0) /* no room: keep it for later */
 				__atomic_fetch_or(&b->ready[w], 1ull << (l % 64),
 						  __ATOMIC_SEQ_CST);
 		}
@@ -691,7 +691,7 @@ int dri_shm_ready(int *out, int max)
 
 dr_err dri_shm_aborted(char *msg, size_t size)
 {
-	dri_seg_hdr *h = M.h ? M.h : dri_seg_get();
+	dri_seg_hdr *h = host_shm.h ? host_shm.h : dri_seg_get();
 	int32_t e;
 
 	if (!h || !__atomic_load_n(&h->abort, __ATOMIC_ACQUIRE))
@@ -706,9 +706,9 @@ void dri_shm_watch(int peer)
 	int32_t pid;
 	int fd;
 
-	if (!dri_shm_is_peer(peer) || M.pidfd[peer] != W_OFF)
+	if (!dri_shm_is_peer(peer) || host_shm.pidfd[peer] != W_OFF)
 		return;
-	pid = __atomic_load_n(&blk(M.local[peer])->pid, __ATOMIC_ACQUIRE);
+	pid = __atomic_load_n(&blk(host_shm.local[peer])->pid, __ATOMIC_ACQUIRE);
 	if (pid <= 0)
 		return;
 	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
@@ -716,7 +716,7 @@ void dri_shm_watch(int peer)
 	 * exited between two calls, and been reaped), nor one we cannot
 	 * get a pidfd for: the launcher's abort word is raised only for a
 	 * rank that failed, not for one that returned 0. */
-	M.pidfd[peer] = fd >= 0 ? fd : errno == ESRCH ? W_GONE : W_PID;
+	host_shm.pidfd[peer] = fd >= 0 ? fd : errno == ESRCH ? W_GONE : W_PID;
 }
 
 /* Whether the process of watched peer i has exited. */
@@ -725,31 +725,31 @@ static int peer_gone(int i)
 	struct pollfd p;
 	int32_t pid;
 
-	if (M.pidfd[i] >= 0) {
-		p = (struct pollfd){ M.pidfd[i], POLLIN, 0 };
+	if (host_shm.pidfd[i] >= 0) {
+		p = (struct pollfd){ host_shm.pidfd[i], POLLIN, 0 };
 		if (poll(&p, 1, 0) != 1)
 			return 0;
-		close(M.pidfd[i]);
+		close(host_shm.pidfd[i]);
 		return 1;
 	}
-	if (M.pidfd[i] == W_GONE)
+	if (host_shm.pidfd[i] == W_GONE)
 		return 1;
-	if (M.pidfd[i] != W_PID)
+	if (host_shm.pidfd[i] != W_PID)
 		return 0;
 	/* Without a pidfd: gone once reaped (a zombie still answers, but
 	 * its parent, distrun or another launcher, reaps it at once). */
-	pid = __atomic_load_n(&blk(M.local[i])->pid, __ATOMIC_ACQUIRE);
+	pid = __atomic_load_n(&blk(host_shm.local[i])->pid, __ATOMIC_ACQUIRE);
 	return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH;
 }
 
 int dri_shm_dead_peer(int64_t now_ms)
 {
-	if (!M.pidfd || now_ms < M.next_check)
+	if (!host_shm.pidfd || now_ms < host_shm.next_check)
 		return -1;
-	M.next_check = now_ms + DEATH_CHECK_MS;
-	for (int i = 0; i < M.size; i++)
+	host_shm.next_check = now_ms + DEATH_CHECK_MS;
+	for (int i = 0; i < host_shm.size; i++)
 		if (peer_gone(i)) {
-			M.pidfd[i] = W_SEEN;
+			host_shm.pidfd[i] = W_SEEN;
 			return i;
 		}
 	return -1;
@@ -757,7 +757,7 @@ int dri_shm_dead_peer(int64_t now_ms)
 
 static int has_ready(const dri_seg_rank *b)
 {
-	for (uint32_t w = 0; w < (M.h->nranks + 63) / 64; w++)
+	for (uint32_t w = 0; w < (host_shm.h->nranks + 63) / 64; w++)
 		if (__atomic_load_n(&b->ready[w], __ATOMIC_SEQ_CST))
 			return 1;
 	return 0;
@@ -765,7 +765,7 @@ static int has_ready(const dri_seg_rank *b)
 
 int dri_shm_wait(int64_t timeout_ms)
 {
-	dri_seg_rank *b = blk(M.me);
+	dri_seg_rank *b = blk(host_shm.me);
 	struct timespec ts;
 	uint32_t d;
 	long rc = 0;
@@ -778,11 +778,11 @@ int dri_shm_wait(int64_t timeout_ms)
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
 	d = __atomic_load_n(&b->doorbell, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&b->waiting, WAIT_FUTEX, __ATOMIC_SEQ_CST);
-	/* M.want is set by the thread that waits on a flag, maybe another
+	/* host_shm.want is set by the thread that waits on a flag, maybe another
 	 * one: a stale pair only skips one sleep or takes one. */
-	const uint64_t *want = __atomic_load_n(&M.want, __ATOMIC_SEQ_CST);
-	uint64_t want_val = __atomic_load_n(&M.want_val, __ATOMIC_SEQ_CST);
-	if (!has_ready(b) && !__atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST) &&
+	const uint64_t *want = __atomic_load_n(&host_shm.want, __ATOMIC_SEQ_CST);
+	uint64_t want_val = __atomic_load_n(&host_shm.want_val, __ATOMIC_SEQ_CST);
+	if (!has_ready(b) && !__atomic_load_n(&host_shm.h->abort, __ATOMIC_SEQ_CST) &&
 	    !(want && __atomic_load_n(want, __ATOMIC_SEQ_CST) >= want_val))
 		rc = futex(&b->doorbell, FUTEX_WAIT, d, &ts);
 	__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
@@ -791,31 +791,31 @@ int dri_shm_wait(int64_t timeout_ms)
 
 int dri_shm_poll_fd(void)
 {
-	return M.on ? M.wsock : -1;
+	return host_shm.on ? host_shm.wsock : -1;
 }
 
 int dri_shm_poll_arm(int on)
 {
 	dri_seg_rank *b;
 
-	if (!M.h || M.wsock < 0)
+	if (!host_shm.h || host_shm.wsock < 0)
 		return 0;
-	b = blk(M.me);
+	b = blk(host_shm.me);
 	if (!on) {
 		__atomic_store_n(&b->waiting, 0, __ATOMIC_RELAXED);
 		return 0;
 	}
 	__atomic_store_n(&b->waiting, WAIT_POLL, __ATOMIC_SEQ_CST);
-	return has_ready(b) || __atomic_load_n(&M.h->abort, __ATOMIC_SEQ_CST);
+	return has_ready(b) || __atomic_load_n(&host_shm.h->abort, __ATOMIC_SEQ_CST);
 }
 
 void dri_shm_wake(void)
 {
 	dri_seg_rank *b;
 
-	if (!M.h)
+	if (!host_shm.h)
 		return;
-	b = blk(M.me);
+	b = blk(host_shm.me);
 	__atomic_fetch_add(&b->doorbell, 1, __ATOMIC_SEQ_CST);
 	futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
 }
@@ -824,40 +824,40 @@ void dri_shm_wake(void)
 
 unsigned dri_shm_generation(void)
 {
-	return M.generation;
+	return host_shm.generation;
 }
 
 int dri_shm_all_local(void)
 {
-	return M.on && M.h && M.h->coll_half && M.size > 1 &&
-	       M.npeers == M.size - 1;
+	return host_shm.on && host_shm.h && host_shm.h->coll_half && host_shm.size > 1 &&
+	       host_shm.npeers == host_shm.size - 1;
 }
 
 dri_seg_rank *dri_shm_blk(int peer)
 {
-	return blk(M.local ? (peer == M.rank ? M.me : M.local[peer]) : M.me);
+	return blk(host_shm.local ? (peer == host_shm.rank ? host_shm.me : host_shm.local[peer]) : host_shm.me);
 }
 
 void *dri_shm_slot(int peer, int half)
 {
-	int l = peer == M.rank ? M.me : M.local[peer];
+	int l = peer == host_shm.rank ? host_shm.me : host_shm.local[peer];
 
-	return (unsigned char *)M.h + M.h->coll_off +
-	       (2 * (uint64_t)l + (uint64_t)half) * M.h->coll_half;
+	return (unsigned char *)host_shm.h + host_shm.h->coll_off +
+	       (2 * (uint64_t)l + (uint64_t)half) * host_shm.h->coll_half;
 }
 
 size_t dri_shm_slot_bytes(void)
 {
-	return M.h ? (size_t)M.h->coll_half : 0;
+	return host_shm.h ? (size_t)host_shm.h->coll_half : 0;
 }
 
 void dri_shm_ring_peer(int peer)
 {
 	dri_seg_rank *b;
 
-	if (peer == M.rank || !dri_shm_is_peer(peer))
+	if (peer == host_shm.rank || !dri_shm_is_peer(peer))
 		return;
-	b = blk(M.local[peer]);
+	b = blk(host_shm.local[peer]);
 	if (__atomic_load_n(&b->waiting, __ATOMIC_SEQ_CST)) {
 		__atomic_fetch_add(&b->doorbell, 1, __ATOMIC_SEQ_CST);
 		futex(&b->doorbell, FUTEX_WAKE, 1, NULL);
@@ -866,14 +866,14 @@ void dri_shm_ring_peer(int peer)
 
 void dri_shm_want(const uint64_t *word, uint64_t val)
 {
-	__atomic_store_n(&M.want_val, val, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&M.want, word, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&host_shm.want_val, val, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&host_shm.want, word, __ATOMIC_SEQ_CST);
 }
 
 int dri_shm_pending(void)
 {
-	return has_ready(blk(M.me)) ||
-	       __atomic_load_n(&M.h->abort, __ATOMIC_ACQUIRE);
+	return has_ready(blk(host_shm.me)) ||
+	       __atomic_load_n(&host_shm.h->abort, __ATOMIC_ACQUIRE);
 }
 
 /* The call of record c into *id if it is seq's (and of first phase
@@ -903,7 +903,7 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 
 	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
 		return 0;
-	b = blk(M.local[peer]);
+	b = blk(host_shm.local[peer]);
 	/* The copy on up's line first: most often the one asked for. */
 	return read_rec(&b->last, seq, phase, id) ||
 	       read_rec(&b->call[k].c, seq, phase, id);
@@ -914,7 +914,7 @@ int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
 {
 	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
 		return 0;
-	return read_rec(&blk(M.local[peer])->call[k].c, seq, phase, id);
+	return read_rec(&blk(host_shm.local[peer])->call[k].c, seq, phase, id);
 }
 
 int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id)
