@@ -44,13 +44,17 @@ static const char *const set_vars[] = {
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
 	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
 	"DISTRUN_SECRET",
-	"DISTRUN_SEG_FD",
+	"DISTRUN_SEG_FD", "DISTRUN_STORE_FDS",
 };
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
 /* Slots in the environment template rewritten for every rank. */
-enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, SLOT_RESTART, N_SLOTS };
-static char rank_str[N_SLOTS][48];
+enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, SLOT_RESTART,
+       SLOT_STORE_FDS, N_SLOTS };
+static char rank_str[N_SLOTS][96];
+/* The listening sockets rank 0 inherits (port.c), in the next child. */
+static const int *child_store_fds;
+static int child_nstore_fds;
 static size_t env_nalloc;
 static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
 
@@ -140,6 +144,7 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_LOCAL_RANK];
 	env[k++] = rank_str[SLOT_ROLE_RANK];
 	env[k++] = rank_str[SLOT_RESTART];
+	env[k++] = rank_str[SLOT_STORE_FDS];
 	spawn_set_restart(job, job->restarts);
 	/* The rest are the same for every rank. */
 	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
@@ -364,6 +369,10 @@ child_exec(struct job *job, pid_t parent, int in, int out, int err,
 	/* The segment is close-on-exec in distrun; the rank inherits it. */
 	if (job->seg_fd >= 0 && fcntl(job->seg_fd, F_SETFD, 0) < 0)
 		goto fail;
+	/* So is MASTER_PORT's listening socket; rank 0 alone gets it. */
+	for (int i = 0; i < child_nstore_fds; i++)
+		if (fcntl(child_store_fds[i], F_SETFD, 0) < 0)
+			goto fail;
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
@@ -384,6 +393,19 @@ fail:
 	_exit(ce.err == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
 }
 
+/* DISTRUN_STORE_FDS: "3,4" for rank 0 when port.c listens for it,
+ * empty for the others. */
+static void store_fds_env(int rank)
+{
+	char *p = rank_str[SLOT_STORE_FDS], *end = p + sizeof(rank_str[0]);
+
+	child_nstore_fds = rank ? 0 : port_store_fds(&child_store_fds);
+	p += snprintf(p, (size_t)(end - p), "DISTRUN_STORE_FDS=");
+	for (int i = 0; i < child_nstore_fds && p < end; i++)
+		p += snprintf(p, (size_t)(end - p), "%s%d", i ? "," : "",
+			      child_store_fds[i]);
+}
+
 static int spawn_rank(struct job *job, int r, pid_t self)
 {
 	struct rank *rk = &job->ranks[r];
@@ -400,6 +422,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
 	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
 		 job->rank_offset + r);
+	store_fds_env(job->rank_offset + r);
 	rk->t_start = now_mono();
 	/* vfork: the child borrows our memory until it execs, so no page
 	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The

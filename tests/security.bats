@@ -20,6 +20,7 @@ setup() {
 	DIR=$(mktemp -d)
 	JOB_PID=
 	THEUSER=
+	THEUID=
 	FLOOD_PIDS=()
 }
 
@@ -45,6 +46,25 @@ start_job() {
 	done
 	STORE_HOST=$(awk '$1 == "store" { print $2 }' "$DIR/addrs")
 	STORE_PORT=$(awk '$1 == "store" { print $3 }' "$DIR/addrs")
+}
+
+# make_user: a throwaway user, $THEUSER / $THEUID, who can run
+# $DIR/attacker (skips without root, useradd or setpriv).
+make_user() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to make a user"
+	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
+		skip "useradd or setpriv missing"
+	THEUSER=drsec$$
+	useradd -M -N -s /usr/sbin/nologin "$THEUSER" || skip "useradd failed"
+	THEUID=$(id -u "$THEUSER")
+	cp "$ATTACKER" "$DIR/attacker" && chmod 755 "$DIR" "$DIR/attacker"
+}
+
+# as_user CMD...: CMD as $THEUSER.
+as_user() { setpriv --reuid "$THEUID" --regid 65534 --clear-groups "$@"; }
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
 }
 
 rank_addr() { awk -v r="$1" '$1 == "rank" && $2 == r { print $3 }' "$DIR/addrs"; }
@@ -323,4 +343,80 @@ finish_job() {
 	grep -q '^distrun: rank [01]: cannot set up its stdin, stdout and stderr (dup2): Bad file descriptor$' <<<"$output"
 	! grep -q 'cannot run' <<<"$output"
 	grep -Eq '^ +[01] +1 .*(cannot set up fds|first failure)' <<<"$output"
+}
+
+@test "another user's port lock names stop no job: neither the ports distrun picks nor --master-port" {
+	make_user
+	command -v unshare >/dev/null || skip "unshare missing"
+	# In a network namespace of its own (lock names and ports are per
+	# namespace), with 1000 ephemeral ports: the other user takes every
+	# one's shared lock name, and both names of port 41000.
+	cat >"$DIR/ns.sh" <<-'EOS'
+	set -e
+	ip link set lo up
+	echo "40000 40999" >/proc/sys/net/ipv4/ip_local_port_range
+	setpriv --reuid "$THEUID" --regid 65534 --clear-groups \
+		"$DIR/attacker" locks 40000 40999 -1 120 >"$DIR/l1" 2>&1 &
+	setpriv --reuid "$THEUID" --regid 65534 --clear-groups \
+		"$DIR/attacker" locks 41000 41000 "$(id -u)" 120 >"$DIR/l2" 2>&1 &
+	while ! grep -q "held" "$DIR/l1" || ! grep -q "held" "$DIR/l2"; do sleep 0.1; done
+	cat "$DIR/l1" "$DIR/l2"
+	st=0
+	"$DISTRUN" --timeout 60s -n 2 "$CTESTS/coll_check" init || st=1
+	"$DISTRUN" --timeout 60s --master-port 41000 -n 2 "$CTESTS/coll_check" init || st=1
+	kill %1 %2
+	exit $st
+	EOS
+	export DIR THEUID DISTRUN CTESTS
+	run timeout 120 unshare -n bash "$DIR/ns.sh"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q "^locks: 1000 held$" <<<"$output"
+	grep -q "^locks: 2 held$" <<<"$output"
+	[ "$(grep -c '^\[[01]\] init: DR_OK' <<<"$output")" -eq 4 ]
+	grep -q "^distrun: warning: the lock names of port 41000 are held by another user; going on without a lock$" <<<"$output"
+}
+
+@test "another user cannot take MASTER_PORT between distrun's start and rank 0's listen" {
+	make_user
+	local p
+	p=$(free_port)
+	# rank 0 waits for $DIR/go before its init: the window
+	"$DISTRUN" --timeout 100s --master-port "$p" -n 2 "$ATTACKER" lateinit "$DIR" \
+		>"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 30 pgrep -P "$JOB_PID" -x attacker
+	as_user "$DIR/attacker" squat 127.0.0.1 "$p" 30 >"$DIR/squat" 2>&1 &
+	FLOOD_PIDS+=($!)
+	wait_until 30 test -s "$DIR/squat"
+	cat "$DIR/squat"
+	grep -q "^refused: squat 127.0.0.1:$p: Address already in use$" "$DIR/squat"
+	touch "$DIR/go"
+	local st=0
+	wait "$JOB_PID" || st=$?
+	JOB_PID=
+	cat "$DIR/out"
+	[ "$st" -eq 0 ]
+	[ "$(grep -c '^\[[01]\] lateinit: rank [01]: DR_OK$' "$DIR/out")" -eq 2 ]
+}
+
+@test "a DISTRUN_STORE_FDS that is not a listening socket on MASTER_PORT is refused, naming it" {
+	local p
+	p=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=1 RANK=0 \
+		DISTRUN_STORE_FDS=0 run "$VICTIM" init
+	echo "$output"
+	grep -q "^init: DR_EENV: .*DISTRUN_STORE_FDS=0: descriptor 0 is not a socket, not a TCP socket listening on MASTER_PORT=$p" <<<"$output"
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=1 RANK=0 \
+		DISTRUN_STORE_FDS=3x run "$VICTIM" init
+	grep -q "^init: DR_EENV: .*DISTRUN_STORE_FDS=3x is not a list of descriptors" <<<"$output"
+	# a listening socket on another port
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=1 RANK=0 python3 -c '
+import os, socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+os.set_inheritable(s.fileno(), True)
+os.environ["DISTRUN_STORE_FDS"] = str(s.fileno())
+os.execv(sys.argv[1], [sys.argv[1], "init"])' "$VICTIM" >"$DIR/o" 2>&1 || true
+	cat "$DIR/o"
+	grep -q "is bound to another port, not a TCP socket listening on MASTER_PORT=$p" "$DIR/o"
 }
