@@ -420,3 +420,31 @@ os.execv(sys.argv[1], [sys.argv[1], "init"])' "$VICTIM" >"$DIR/o" 2>&1 || true
 	cat "$DIR/o"
 	grep -q "is bound to another port, not a TCP socket listening on MASTER_PORT=$p" "$DIR/o"
 }
+
+@test "--output-dir: another user's directory is refused; in a sticky one of ours a planted link is not followed" {
+	make_user
+	printf 'root secret\n' >"$DIR/victim" && chmod 600 "$DIR/victim"
+	# a directory the other user owns, with a link where rank 0's file goes
+	mkdir "$DIR/theirs" && chown "$THEUSER" "$DIR/theirs"
+	as_user ln -s "$DIR/victim" "$DIR/theirs/rank.0.stdout"
+	run "$DISTRUN" -n 1 --output-dir "$DIR/theirs" echo overwritten
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q "^distrun: --output-dir $DIR/theirs belongs to uid $THEUID, who could plant links in it: use a directory of your own$" <<<"$output"
+	# one of ours that everyone can write: refused too
+	mkdir -m 777 "$DIR/open" && chmod 777 "$DIR/open"
+	run "$DISTRUN" -n 1 --output-dir "$DIR/open" echo overwritten
+	[ "$status" -ne 0 ]
+	grep -q "^distrun: --output-dir $DIR/open can be written by other users (mode 0777)" <<<"$output"
+	# sticky and ours (as /tmp is root's): the planted link is replaced
+	mkdir "$DIR/sticky" && chmod 1777 "$DIR/sticky"
+	as_user ln -s "$DIR/victim" "$DIR/sticky/rank.0.stdout"
+	as_user ln -s "$DIR/victim" "$DIR/sticky/rank.0.stderr"
+	run "$DISTRUN" -n 1 --output-dir "$DIR/sticky" echo written
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(cat "$DIR/victim")" = "root secret" ]
+	[ ! -L "$DIR/sticky/rank.0.stdout" ]
+	[ "$(cat "$DIR/sticky/rank.0.stdout")" = written ]
+	[ "$(stat -c %U "$DIR/sticky/rank.0.stdout")" = "$(id -un)" ]
+}
