@@ -113,7 +113,7 @@ finish_job() {
 	echo "$mine"
 	# the store and one transport port per rank
 	[ "$(wc -l <<<"$mine")" -ge 3 ]
-	! awk '{ print $4 }' <<<"$mine" | grep -v '^127\.0\.0\.1:'
+	! awk '{ print $4 }' <<<"$mine" | grep -v '^127\.0\.0\.1:' || false
 	finish_job 2
 }
 
@@ -123,7 +123,7 @@ finish_job() {
 	grep -q '^rank 1 \[::1\]:' "$DIR/addrs" || { cat "$DIR/addrs"; return 1; }
 	local pids="$(rank_pid 0)|$(rank_pid 1)"
 	run ss -Hltnp
-	! grep -E "pid=($pids)," <<<"$output" | awk '{ print $4 }' | grep -v '^\[::1\]:'
+	! grep -E "pid=($pids)," <<<"$output" | awk '{ print $4 }' | grep -v '^\[::1\]:' || false
 	finish_job 2
 }
 
@@ -142,8 +142,8 @@ finish_job() {
 	# ... the other user does not, nor in argv
 	run setpriv --reuid "$uid" --regid 65534 --clear-groups cat "/proc/$pid/environ"
 	[ "$status" -ne 0 ]
-	! grep -q DISTRUN_SECRET <<<"$output"
-	! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q DISTRUN_SECRET
+	! grep -q DISTRUN_SECRET <<<"$output" || false
+	! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q DISTRUN_SECRET || false
 	run setpriv --reuid "$uid" --regid 65534 --clear-groups \
 		"$DIR/attacker" store "$STORE_HOST" "$STORE_PORT"
 	echo "$output"
@@ -164,10 +164,10 @@ finish_job() {
 	secret=$(tr '\0' '\n' <"/proc/$(rank_pid 1)/environ" |
 		 sed -n 's/^DISTRUN_SECRET=//p')
 	[ "${#secret}" -eq 64 ]
-	! tr '\0' '\n' <"/proc/$JOB_PID/cmdline" | grep -q "$secret"
+	! tr '\0' '\n' <"/proc/$JOB_PID/cmdline" | grep -q "$secret" || false
 	finish_job 2
 	[ -s "$DIR/report.json" ]
-	! grep -q "$secret" "$DIR/report.json" "$DIR/out"
+	! grep -q "$secret" "$DIR/report.json" "$DIR/out" || false
 	# and a fresh one per job
 	"$DISTRUN" -n 1 "$TESTDATA/envdump" >"$DIR/env1" 2>&1 || true
 	! grep -q "$secret" "$DIR/env1"
@@ -341,7 +341,7 @@ finish_job() {
 	echo "$output"
 	[ "$status" -eq 1 ]
 	grep -q '^distrun: rank [01]: cannot set up its stdin, stdout and stderr (dup2): Bad file descriptor$' <<<"$output"
-	! grep -q 'cannot run' <<<"$output"
+	! grep -q 'cannot run' <<<"$output" || false
 	grep -Eq '^ +[01] +1 .*(cannot set up fds|first failure)' <<<"$output"
 }
 
@@ -447,4 +447,44 @@ os.execv(sys.argv[1], [sys.argv[1], "init"])' "$VICTIM" >"$DIR/o" 2>&1 || true
 	[ ! -L "$DIR/sticky/rank.0.stdout" ]
 	[ "$(cat "$DIR/sticky/rank.0.stdout")" = written ]
 	[ "$(stat -c %U "$DIR/sticky/rank.0.stdout")" = "$(id -un)" ]
+}
+
+# dead PID...: none of them runs (gone, or a zombie).
+dead() {
+	local p
+	for p in "$@"; do
+		case "$(ps -o stat= -p "$p")" in
+		"" | Z*) ;;
+		*) return 1 ;;
+		esac
+	done
+}
+
+@test "kill -9 of distrun without a cgroup stops the job's own, not another user's nor another job's holding its id" {
+	make_user
+	DISTRUN_CGROUP=0 "$DISTRUN" -n 1 --grace 60s sh -c '
+		( setsid sleep 120 & echo $! >"$0/own.tmp"; mv "$0/own.tmp" "$0/own" )
+		echo "$DISTRUN_JOB_ID" >"$0/id.tmp"; mv "$0/id.tmp" "$0/id"
+		exec sleep 120' "$DIR" >"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 30 test -s "$DIR/id"
+	wait_until 30 test -s "$DIR/own"
+	local id own guard s1 s2
+	id=$(cat "$DIR/id")
+	own=$(cat "$DIR/own")
+	# the job id is guessable (multi-node: the user's --rdzv-id)
+	as_user env DISTRUN_JOB_ID="$id" GROUP_RANK=0 sleep 120 &
+	s1=$!
+	env DISTRUN_JOB_ID="$id" GROUP_RANK=0 sleep 120 &
+	s2=$!
+	FLOOD_PIDS+=($s1 $s2)
+	guard=$(ps -o pid=,comm= --ppid "$JOB_PID" | awk '$2 == "distrun" { print $1 }')
+	[ -n "$guard" ]
+	kill -KILL "$JOB_PID"
+	wait "$JOB_PID" || true
+	JOB_PID=
+	wait_until 30 dead "$guard" "$own"
+	dead "$s1" && return 1
+	dead "$s2" && return 1
+	return 0
 }
