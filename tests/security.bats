@@ -488,3 +488,14 @@ dead() {
 	dead "$s2" && return 1
 	return 0
 }
+
+@test "distrun test killed with -9 leaves no distrun-test.* directory behind" {
+	mkdir "$DIR/t"
+	TMPDIR=$DIR/t "$DISTRUN" test -n 1 -- sleep 60 >"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 30 compgen -G "$DIR/t/distrun-test.*/0" >/dev/null
+	kill -KILL "$JOB_PID"
+	wait "$JOB_PID" || true
+	JOB_PID=
+	wait_until 30 test -z "$(ls "$DIR/t")"
+}
