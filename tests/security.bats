@@ -499,3 +499,34 @@ dead() {
 	JOB_PID=
 	wait_until 30 test -z "$(ls "$DIR/t")"
 }
+
+@test "garbage from a fake TCPStore is named as such, not as a RANK used twice" {
+	local port
+	port=$(free_port)
+	# answers the dialect probe as torch 2.x would (four key counts of 0),
+	# then 8 bytes of the given pattern to whatever comes
+	cat >"$DIR/fake.py" <<-'EOF2'
+	import socket, sys, threading
+	s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+	s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+	def serve(c):
+	    c.recv(9); c.sendall(bytes(32))
+	    while c.recv(4096): c.sendall(bytes.fromhex(sys.argv[2]))
+	while True:
+	    c = s.accept()[0]; threading.Thread(target=serve, args=(c,), daemon=True).start()
+	EOF2
+	local pat
+	for pat in 4141414141414141 0000000000000000; do
+		python3 "$DIR/fake.py" "$port" "$pat" &
+		FLOOD_PIDS+=($!)
+		wait_until 10 python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' "$port"
+		MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=0 WORLD_SIZE=2 \
+			TORCHELASTIC_USE_AGENT_STORE=True DISTRUN_TIMEOUT=5s \
+			run timeout 60 "$VICTIM" init
+		echo "$output"
+		kill "${FLOOD_PIDS[-1]}"; wait "${FLOOD_PIDS[-1]}" || true
+		grep -q "^init: DR_EPROTO: torch TCPStore at 127.0.0.1:$port answered adding 1 to 'rank/0' with -\?[0-9]*, which no TCPStore would (is something else listening at MASTER_PORT?)$" <<<"$output"
+		grep -q "more than one process" <<<"$output" && return 1
+	done
+	return 0
+}
