@@ -503,3 +503,19 @@ round_has() {
 	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
 	[ "$(cat "$TMP"/n? | grep -c 'rank [0-2]: ok$')" -eq 3 ]
 }
+
+@test "300 idle connections to node 0 keep no node out: the oldest is dropped, the node joins" {
+	hosts 3
+	node 0 2 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p0=$!
+	listening() { on 0 ss -Hltn | grep -q ':29611 '; }
+	wait_until 30 listening
+	# from a third host, never a byte of handshake: node 0 held 64 and
+	# closed every newer one for 5 s, the joining node's included
+	on 2 "$CTESTS/attacker" flood "$NET.1" 29611 300 0 >"$TMP/flood" 2>&1 &
+	wait_until 60 grep -q "connections open" "$TMP/flood"
+	node 1 2 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p1=$!
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP/flood" "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+}
