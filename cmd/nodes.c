@@ -1030,7 +1030,7 @@ static int make_plan(struct job *job, struct node_plan *p, char *addr,
 			.max_nodes = o->max_nodes ? o->max_nodes : 1,
 			.nproc = o->nranks, .port = p->port,
 			.timeout = o->join_timeout, .last_call = 5,
-			.round = job->restarts,
+			.round = job->restarts, .argv = o->argv,
 		};
 		struct rdzv_result res;
 
@@ -1189,8 +1189,11 @@ int nodes_setup(struct job *job)
 	p.master_addr = addr;
 	p.nproc = o->nranks;
 	if (p.node_rank == 0) {
-		/* Rank 0's store: a free port, held as for one node. */
+		/* Rank 0's store: a free port, held as for one node, on
+		 * the address the ranks will be given (port.c may listen
+		 * there for rank 0). */
 		o->master_port = 0;
+		o->master_addr = addr;
 		if (port_reserve(job))
 			goto fail;
 		p.rank_port = job->master_port;
