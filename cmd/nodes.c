@@ -293,9 +293,9 @@ static int try_connect(const char *addr, int port, double deadline)
 		fd = tcp_socket(a->ai_family);
 		if (fd < 0)
 			continue;
-		fcntl(fd, F_SETFL, O_NONBLOCK);
-		if (connect(fd, a->ai_addr, a->ai_addrlen) && errno !=
-		    EINPROGRESS) {
+		if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
+		    (connect(fd, a->ai_addr, a->ai_addrlen) && errno !=
+		     EINPROGRESS)) {
 			err = errno;
 			goto next;
 		}
@@ -306,7 +306,11 @@ static int try_connect(const char *addr, int port, double deadline)
 				err = ETIMEDOUT;
 			goto next;
 		}
-		fcntl(fd, F_SETFL, 0);
+		/* Blocking again; io_full polls, so either way works. */
+		if (fcntl(fd, F_SETFL, 0) < 0) {
+			err = errno;
+			goto next;
+		}
 		break;
 next:
 		close(fd);

@@ -257,7 +257,10 @@ static void raise_fd_limit(void)
 	/* Two pipes per rank and a file per stream with --output-dir. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+		/* Failing leaves the lower limit: spawn_rank names it if a
+		 * rank then finds no fd. */
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			return;
 	}
 }
 
@@ -415,9 +418,16 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	int vfork_errno;
 	pid_t pid;
 
+	/* Our ends never block the job loop; the rank's do block. */
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
-	    pipe2(ep, O_CLOEXEC) || input_pipe(job, r, &in))
+	    pipe2(ep, O_CLOEXEC) || input_pipe(job, r, &in) ||
+	    fcntl(out[0], F_SETFL, O_NONBLOCK) < 0 ||
+	    fcntl(err[0], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
+	/* A larger pipe is a help, not a need (F_SETPIPE_SZ may be
+	 * refused above /proc/sys/fs/pipe-max-size). */
+	if (pipe_size && fcntl(out[0], F_SETPIPE_SZ, pipe_size) < 0)
+		pipe_size = 0;
 	snprintf(rank_str[SLOT_RANK], 48, "RANK=%d", job->rank_offset + r);
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
 	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
@@ -447,10 +457,6 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	close(ep[1]);
 	if (in != job->devnull)
 		close(in);
-	if (pipe_size)
-		fcntl(out[0], F_SETPIPE_SZ, pipe_size);
-	fcntl(out[0], F_SETFL, O_NONBLOCK);
-	fcntl(err[0], F_SETFL, O_NONBLOCK);
 	rk->pid = pid;
 	rk->state = RANK_RUNNING;
 	rk->out_fd = out[0];
@@ -537,11 +543,17 @@ int spawn_all(struct job *job)
 void spawn_release(struct job *job)
 {
 	if (job->env) {
-		for (size_t i = N_SLOTS; i < env_nalloc; i++)
+		for (size_t i = N_SLOTS; i < env_nalloc; i++) {
+			/* the secret's copy goes as it came: wiped */
+			if (job->env[i] && !strncmp(job->env[i],
+						    "DISTRUN_SECRET=", 15))
+				explicit_bzero(job->env[i], strlen(job->env[i]));
 			free(job->env[i]);
+		}
 		free(job->env);
 		job->env = NULL;
 	}
+	explicit_bzero(job->node_secret, sizeof(job->node_secret));
 	free(job->prog_path);
 	job->prog_path = NULL;
 	if (job->devnull >= 0)

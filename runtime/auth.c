@@ -365,11 +365,12 @@ static dr_err user_key_file(unsigned char *out, size_t *n)
 		for (int i = 0; i < KEYFILE_BYTES; i++)
 			snprintf(hex + 2 * i, 3, "%02x", raw[i]);
 		hex[2 * KEYFILE_BYTES] = '\n';
-		memset(raw, 0, sizeof(raw));
+		explicit_bzero(raw, sizeof(raw));
 		if (!err && (write(fd, hex, sizeof(hex)) != (ssize_t)sizeof(hex) ||
 			     fsync(fd) < 0))
 			err = dri_fail(DR_EENV, "per-user key file: cannot write "
 				       "%s: %s", tmp, dri_strerror(errno));
+		explicit_bzero(hex, sizeof(hex));
 		memset(hex, 0, sizeof(hex));
 		close(fd);
 		if (!err && link(tmp, path) < 0 && errno != EEXIST)
@@ -439,7 +440,8 @@ dr_err dri_auth_store_key(const char *identity, uint8_t key[DRI_KEY_LEN])
 		dri_hmac_update(&c, identity, strlen(identity));
 		dri_hmac_final(&c, key);
 	}
-	memset(secret, 0, SECRET_MAX);
+	explicit_bzero(secret, SECRET_MAX);
+	explicit_bzero(&c, sizeof(c));
 	free(secret);
 	return err;
 }

@@ -691,6 +691,7 @@ dr_err dri_store_server_start(const char *host, int port,
 	if (!err && !s->nlfd)
 		err = dri_net_listen(host, port, s->lfd, &s->nlfd);
 	if (err) {
+		explicit_bzero(s->key, sizeof(s->key));
 		free(s);
 		return dri_fail(err, "rank 0 cannot host the store: %s",
 				dr_last_error());
@@ -706,6 +707,7 @@ dr_err dri_store_server_start(const char *host, int port,
 			close(s->reserve_fd);
 		for (int k = 0; k < s->nlfd; k++)
 			close(s->lfd[k]);
+		explicit_bzero(s->key, sizeof(s->key));
 		free(s);
 		return dri_fail(DR_ESYS, "rank 0 cannot start the store: %s%s",
 				dri_strerror(e), e == EMFILE || e == ENFILE ?
@@ -739,7 +741,7 @@ void dri_store_server_stop(dri_store_server *s)
 		close(s->stop_fd);
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
-	memset(s->key, 0, sizeof(s->key));
+	explicit_bzero(s->key, sizeof(s->key));
 	free(s);
 }
 

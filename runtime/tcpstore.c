@@ -230,8 +230,11 @@ static int dial(const char *host, int port, int64_t deadline)
 		errno = rc;
 	}
 	freeaddrinfo(res);
-	if (fd >= 0)
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Without TCP_NODELAY a request waits for Nagle: slower, not
+	 * wrong, so a refusal is not a failure. */
+	if (fd >= 0 && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+				  sizeof(one)) < 0)
+		errno = 0;
 	return fd;
 }
 
