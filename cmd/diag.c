@@ -631,15 +631,22 @@ static pid_t gdb_start(const struct job *job, const char *gdb, pid_t pid,
 
 		setpgid(0, 0);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(job->devnull, 0);
-		dup2(p[1], 1);
-		dup2(p[1], 2);
+		if (dup2(job->devnull, 0) < 0 || dup2(p[1], 1) < 0 ||
+		    dup2(p[1], 2) < 0)
+			_exit(127);
 		sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
 		execve(gdb, argv, environ);
 		_exit(127);
 	}
 	close(p[1]);
-	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
+		/* A blocking read would stall the diagnosis: no stacks. */
+		kill(child, SIGKILL);
+		while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+			;
+		close(p[0]);
+		return -1;
+	}
 	*fd = p[0];
 	return child;
 }

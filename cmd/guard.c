@@ -9,7 +9,8 @@
  *
  *  - Where a cgroup v2 subtree can be made (a cgroup2 mount, and our own
  *    cgroup writable: root, or a delegated systemd user cgroup), distrun
- *    makes "distrun.RUNID" below its own cgroup, and every rank moves
+ *    makes "distrun.PID.RUNID" below its own cgroup (a new one: a name
+ *    that exists is never shared, another is tried), and every rank moves
  *    itself into it before exec (spawn.c).  Whatever a rank forks stays
  *    in it, whatever it does with sessions and groups.
  *  - Before the ranks start, distrun forks the guard, which keeps the read
@@ -21,12 +22,21 @@
  *  - If the pipe reaches EOF, distrun is gone: the guard kills the cgroup
  *    (cgroup.kill, or each pid of cgroup.procs where that file is
  *    missing), the ranks' process groups still listed, and, without a
- *    cgroup, every process whose environment holds this job's
- *    DISTRUN_JOB_ID (what a rank forks inherits it); then removes the
- *    cgroup and exits.  At a clean end distrun kills and reaps the guard
- *    and removes the cgroup itself.
+ *    cgroup, every process of our own uid whose environment holds this
+ *    job's DISTRUN_JOB_ID, its DISTRUN_SECRET and this node's GROUP_RANK
+ *    (what a rank forks inherits them); then removes the cgroup and
+ *    exits.  At a clean end distrun kills and reaps the guard and removes
+ *    the cgroup itself.
  *
- * DISTRUN_CGROUP=0 turns the cgroup off (the fallback then does the work).
+ * The fallback must not reach beyond the job: a job id can be guessed (in
+ * multi-node mode it is the user's --rdzv-id), but the secret cannot, and
+ * another user's process is never looked at.  GROUP_RANK keeps apart
+ * two nodes of one job that share a host (and so the secret).
+ *
+ * DISTRUN_CGROUP=0 turns the cgroup off (the fallback then does the work);
+ * a cgroup that could not be made for another reason than a lack of
+ * permission (a cgroup2 mount we may not write is the common case, and
+ * silent) is warned about.
  * The guard keeps no other fd (so no rank pipe stays open because of it)
  * and has the stop signals blocked, as distrun has: it ends only by EOF or
  * by SIGKILL.
@@ -105,21 +115,43 @@ static void cgroup_create(struct job *job)
 {
 	const char *env = getenv("DISTRUN_CGROUP");
 	char mnt[2048], self[2048], path[4200];
+	int e = 0;
 
 	if ((env && !strcmp(env, "0")) || cgroup2_mount(mnt, sizeof(mnt)) ||
 	    cgroup_self(self, sizeof(self)))
 		return;
-	snprintf(path, sizeof(path), "%s%s%sdistrun.%.16s", mnt, self,
-		 strcmp(self, "/") ? "/" : "", job->run_id);
-	if (mkdir(path, 0755))
+	for (int k = 0; k < 8; k++) {
+		char sfx[16] = "";
+
+		if (k)
+			snprintf(sfx, sizeof(sfx), ".%d", k);
+		snprintf(path, sizeof(path), "%s%s%sdistrun.%ld.%.32s%s", mnt,
+			 self, strcmp(self, "/") ? "/" : "", (long)getpid(),
+			 job->run_id, sfx);
+		e = mkdir(path, 0755) ? errno : 0;
+		if (e != EEXIST)
+			break;
+	}
+	if (e) {
+		if (e != EACCES && e != EPERM && e != EROFS)
+			fprintf(stderr, "distrun: warning: cannot make the "
+				"job's cgroup %s: %s; a kill -9 of distrun "
+				"then stops only what keeps the job's "
+				"environment\n", path, strerror(e));
 		return;
+	}
 	job->cgroup_dir = strdup(path);
 	snprintf(path, sizeof(path), "%s/cgroup.procs", job->cgroup_dir);
 	job->cgroup_fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (!job->cgroup_dir || job->cgroup_fd < 0) {
+		fprintf(stderr, "distrun: warning: cannot use the job's "
+			"cgroup %s: %s; a kill -9 of distrun then stops only "
+			"what keeps the job's environment\n", path,
+			strerror(errno));
 		if (job->cgroup_fd >= 0)
 			close(job->cgroup_fd);
 		job->cgroup_fd = -1;
+		*strrchr(path, '/') = 0;
 		rmdir(path);
 		free(job->cgroup_dir);
 		job->cgroup_dir = NULL;
@@ -167,13 +199,39 @@ static void cgroup_kill_remove(const char *dir)
 
 /* ------------------------------------------------------------ fallback */
 
-/* Does /proc/PID/environ hold the entry want (NUL-terminated there)? */
-static bool environ_has(const char *pid, const char *want, size_t wlen)
+/* The entries of the job's environment the fallback looks for. */
+#define N_WANT 3
+struct want {
+	char s[N_WANT][128];
+	size_t len[N_WANT];
+};
+
+/* Whether /proc/PID is a process of our real uid. */
+static bool same_uid(const char *pid)
+{
+	char path[300], line[256];
+	unsigned long uid = (unsigned long)-1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%s/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %lu", &uid) == 1)
+			break;
+	fclose(f);
+	return uid == (unsigned long)getuid();
+}
+
+/* Does /proc/PID/environ hold every entry of w (NUL-terminated there)? */
+static bool environ_has(const char *pid, const struct want *w)
 {
 	static char buf[1 << 16];
 	char path[300];
 	size_t have = 0;
 	bool found = false;
+	unsigned seen = 0;
 	int fd;
 
 	snprintf(path, sizeof(path), "/proc/%s/environ", pid);
@@ -196,7 +254,10 @@ static bool environ_has(const char *pid, const char *want, size_t wlen)
 
 			if (p + len == end)
 				break;
-			if (len == wlen && !memcmp(p, want, wlen)) {
+			for (int i = 0; i < N_WANT; i++)
+				if (len == w->len[i] && !memcmp(p, w->s[i], len))
+					seen |= 1u << i;
+			if (seen == (1u << N_WANT) - 1) {
 				found = true;
 				goto out;
 			}
@@ -212,13 +273,10 @@ out:
 	return found;
 }
 
-/* Kills every process of ours whose environment says it belongs to this
- * job, until a pass finds none (they may fork meanwhile). */
-static void kill_by_environ(const char *run_id)
+/* Kills every process of our uid whose environment says it belongs to
+ * this job, until a pass finds none (they may fork meanwhile). */
+static void kill_by_environ(const struct want *w)
 {
-	char want[96];
-	size_t wlen = (size_t)snprintf(want, sizeof(want), "DISTRUN_JOB_ID=%s",
-				       run_id);
 	pid_t self = getpid();
 
 	for (int pass = 0; pass < 50; pass++) {
@@ -232,7 +290,7 @@ static void kill_by_environ(const char *run_id)
 			if (e->d_name[0] < '1' || e->d_name[0] > '9' ||
 			    atoi(e->d_name) == self)
 				continue;
-			if (environ_has(e->d_name, want, wlen)) {
+			if (same_uid(e->d_name) && environ_has(e->d_name, w)) {
 				kill(atoi(e->d_name), SIGKILL);
 				found++;
 			}
@@ -256,14 +314,17 @@ static void forget(pid_t pid)
 }
 
 static void __attribute__((noreturn))
-guard_main(int rd, const char *cgroup_dir, const char *run_id)
+guard_main(int rd, const char *cgroup_dir, struct want *w)
 {
 	pid_t msg[256];
 	char *p = (char *)msg;
 	size_t have = 0;
 
+	/* Without its pipe the guard cannot work: distrun's next write
+	 * fails and it goes on without one (guard_send). */
 	if (rd != 3) {
-		dup2(rd, 3);
+		if (dup2(rd, 3) != 3)
+			_exit(1);
 		rd = 3;
 	}
 	close_range(4, ~0U, 0);
@@ -295,12 +356,36 @@ guard_main(int rd, const char *cgroup_dir, const char *run_id)
 	if (cgroup_dir)
 		cgroup_kill_remove(cgroup_dir);
 	else
-		kill_by_environ(run_id);
+		kill_by_environ(w);
+	explicit_bzero(w, sizeof(*w));
 	_exit(0);
+}
+
+/* What the fallback looks for: the job id, the secret, the node, as
+ * spawn.c put them in the ranks' environment.  Without the secret there
+ * (never the case under distrun), nothing matches. */
+static void want_fill(const struct job *job, struct want *w)
+{
+	static const char *const names[N_WANT] = { "DISTRUN_JOB_ID=",
+		"DISTRUN_SECRET=", "GROUP_RANK=" };
+
+	memset(w, 0, sizeof(*w));
+	for (int i = 0; i < N_WANT; i++)
+		for (char **e = job->env; e && *e; e++)
+			if (!strncmp(*e, names[i], strlen(names[i])) &&
+			    strlen(*e) < sizeof(w->s[i])) {
+				w->len[i] = strlen(*e);
+				memcpy(w->s[i], *e, w->len[i]);
+				break;
+			}
+	for (int i = 0; i < N_WANT; i++)
+		if (!w->len[i])
+			w->len[i] = (size_t)-1;   /* matches no entry */
 }
 
 int guard_start(struct job *job)
 {
+	struct want w;
 	int fds[2];
 	pid_t pid;
 
@@ -316,7 +401,8 @@ int guard_start(struct job *job)
 	}
 	if (pid == 0) {
 		close(fds[1]);
-		guard_main(fds[0], job->cgroup_dir, job->run_id);
+		want_fill(job, &w);
+		guard_main(fds[0], job->cgroup_dir, &w);
 	}
 	close(fds[0]);
 	job->guard_fd = fds[1];

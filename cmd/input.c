@@ -130,7 +130,14 @@ int input_pipe(struct job *job, int r, int *rfd)
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK))
 		return -1;
 	/* The rank's end blocks, as a program expects of its stdin. */
-	fcntl(p[0], F_SETFL, 0);
+	if (fcntl(p[0], F_SETFL, 0) < 0) {
+		int e = errno;
+
+		close(p[0]);
+		close(p[1]);
+		errno = e;
+		return -1;
+	}
 	*rfd = p[0];
 	in->fd[r] = p[1];
 	/* A new rank (after a restart) gets what is still buffered: the

@@ -282,6 +282,9 @@ static inline double now_real(void)
 /* port.c: fills job->master_port, port_fd and port_lock_fd; -1 after a
  * message when the port is taken (by another job, or a listener). */
 int port_reserve(struct job *job);
+/* port.c: the listening sockets for rank 0 (DISTRUN_STORE_FDS), if the
+ * program takes them; their number, 0 if none. */
+int port_store_fds(const int **fds);
 
 /* spawn.c: spawn_prepare() finds the program and builds the environment;
  * it returns 0, or an exit status (126, 127, 1) after a message.

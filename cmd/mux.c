@@ -117,27 +117,90 @@ static int make_labels(struct job *job, struct dest *d)
 	return 0;
 }
 
+/* The --output-dir directory, opened for openat(): -1 after a message
+ * when another user could plant files in it.  A directory another user
+ * can write (its owner, neither us nor root; or its group or everyone
+ * having write access) is refused, unless it is ours and sticky (/tmp's
+ * rule: nobody else can then remove or rename what we make there). */
+static int open_output_dir(const char *dir)
+{
+	struct stat st;
+	uid_t me = geteuid();
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	bool others;
+
+	if (dfd < 0 || fstat(dfd, &st)) {
+		fprintf(stderr, "distrun: --output-dir %s: %s\n", dir,
+			strerror(errno));
+		goto fail;
+	}
+	others = (st.st_uid != me && st.st_uid != 0) ||
+		 (st.st_mode & (S_IWGRP | S_IWOTH));
+	if (others && !(st.st_uid == me && (st.st_mode & S_ISVTX))) {
+		if (st.st_uid != me)
+			fprintf(stderr, "distrun: --output-dir %s belongs to "
+				"uid %lu, who could plant links in it: use a "
+				"directory of your own\n", dir,
+				(unsigned long)st.st_uid);
+		else
+			fprintf(stderr, "distrun: --output-dir %s can be "
+				"written by other users (mode %04o): remove "
+				"their write access, or make it sticky "
+				"(chmod +t)\n", dir,
+				(unsigned)(st.st_mode & 07777));
+		goto fail;
+	}
+	return dfd;
+fail:
+	if (dfd >= 0)
+		close(dfd);
+	return -1;
+}
+
+/* A file of our own in dfd: whatever is at name (a link someone planted,
+ * a file of an earlier run) is removed, and the file made anew with
+ * O_EXCL, so that no write ever goes through a link or into a file made
+ * by someone else. */
+static int open_output_file(int dfd, const char *name)
+{
+	int fd;
+
+	for (int tries = 0; tries < 8; tries++) {
+		if (unlinkat(dfd, name, 0) && errno != ENOENT)
+			return -1;
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL |
+			    O_NOFOLLOW | O_CLOEXEC, 0666);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+	}
+	return -1;   /* EEXIST: someone keeps making it again */
+}
+
 static int open_files(struct job *job)
 {
 	const char *dir = job->o->output_dir;
 	static const char *const ext[2] = { "stdout", "stderr" };
+	int dfd;
 
 	/* The directory was made by options.c. */
+	dfd = open_output_dir(dir);
+	if (dfd < 0)
+		return -1;
 	for (int r = 0; r < job->o->nranks; r++)
 		for (int s = 0; s < 2; s++) {
-			char path[4096];
+			char name[64];
 
-			snprintf(path, sizeof(path), "%s/rank.%d.%s", dir,
-				 job->rank_offset + r,
-				 ext[s]);
-			job->ranks[r].file_fd[s] = open(path, O_WRONLY |
-				O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+			snprintf(name, sizeof(name), "rank.%d.%s",
+				 job->rank_offset + r, ext[s]);
+			job->ranks[r].file_fd[s] = open_output_file(dfd, name);
 			if (job->ranks[r].file_fd[s] < 0) {
-				fprintf(stderr, "distrun: %s: %s\n", path,
-					strerror(errno));
+				fprintf(stderr, "distrun: %s/%s: %s\n", dir,
+					name, strerror(errno));
+				close(dfd);
 				return -1;
 			}
 		}
+	close(dfd);
 	return 0;
 }
 

@@ -4,8 +4,11 @@
  * nodes.h says what happens; this file owns the sockets.  The hub runs a
  * small poll loop while the nodes join: every connection must finish the
  * handshake within DRI_HS_MS and send its JOIN before the join deadline,
- * at most PENDING_MAX unauthenticated connections are held at once, and a
- * connection that breaks a rule is closed without an answer.  After the
+ * at most PENDING_MAX unauthenticated connections are held at once (when
+ * full, the oldest still waiting for its HELLO goes, told NODES_BUSY, so
+ * that a flood of idle connections cannot keep a node out; the node
+ * tries again until its join deadline), and a connection that breaks a
+ * rule is closed without an answer.  After the
  * join the listener is closed: a node cannot join a job that has started.
  * Frames are small and rare (join, start, fail, end, stop, bye), so they
  * are read whole with a short deadline once poll says one is coming.
@@ -45,6 +48,7 @@ struct conn {
 	int state;
 	int node;               /* claimed in the handshake, checked at JOIN */
 	double deadline;
+	uint64_t serial;        /* order of arrival: the oldest is dropped */
 	dri_hs hs;
 	unsigned char buf[DRI_HS_HELLO + DRI_HS_CHAL];
 	size_t have;
@@ -289,9 +293,9 @@ static int try_connect(const char *addr, int port, double deadline)
 		fd = tcp_socket(a->ai_family);
 		if (fd < 0)
 			continue;
-		fcntl(fd, F_SETFL, O_NONBLOCK);
-		if (connect(fd, a->ai_addr, a->ai_addrlen) && errno !=
-		    EINPROGRESS) {
+		if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
+		    (connect(fd, a->ai_addr, a->ai_addrlen) && errno !=
+		     EINPROGRESS)) {
 			err = errno;
 			goto next;
 		}
@@ -302,7 +306,11 @@ static int try_connect(const char *addr, int port, double deadline)
 				err = ETIMEDOUT;
 			goto next;
 		}
-		fcntl(fd, F_SETFL, 0);
+		/* Blocking again; io_full polls, so either way works. */
+		if (fcntl(fd, F_SETFL, 0) < 0) {
+			err = errno;
+			goto next;
+		}
 		break;
 next:
 		close(fd);
@@ -429,8 +437,33 @@ static int pending_step(struct nodes *nd, struct conn *c, double join_dl)
 	return 0;
 }
 
+/* The pending slot for a new connection: a free one, else the oldest
+ * connection still in the handshake (one that sent no HELLO first), told
+ * NODES_BUSY and closed; -1 if every slot holds a node that proved the
+ * key. */
+static int pending_slot(struct conn *pend)
+{
+	int old = -1;
+
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].state == C_CLOSED)
+			return i;
+	for (int pass = C_HELLO; pass <= C_PROOF && old < 0; pass++)
+		for (int i = 0; i < PENDING_MAX; i++)
+			if (pend[i].state == pass && (old < 0 ||
+			    pend[i].serial < pend[old].serial))
+				old = i;
+	if (old >= 0) {
+		(void)!send(pend[old].fd, NODES_BUSY, NODES_BUSY_LEN,
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
+		conn_close(&pend[old]);
+	}
+	return old;
+}
+
 static int hub_join(struct nodes *nd, const struct node_plan *p)
 {
+	uint64_t serial = 0;
 	struct conn pend[PENDING_MAX];
 	double join_dl = mono() + p->timeout;
 	int lfd = hub_listen(p->master_addr, p->port);
@@ -467,18 +500,14 @@ static int hub_join(struct nodes *nd, const struct node_plan *p)
 			continue;
 		if (pfd[0].revents) {
 			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-			int slot = -1;
+			int slot = fd >= 0 ? pending_slot(pend) : -1;
 
-			for (int i = 0; fd >= 0 && i < PENDING_MAX; i++)
-				if (pend[i].state == C_CLOSED) {
-					slot = i;
-					break;
-				}
 			if (fd >= 0 && slot < 0)
 				close(fd);
 			else if (fd >= 0)
 				pend[slot] = (struct conn){
 					.fd = fd, .state = C_HELLO,
+					.serial = serial++,
 					.deadline = mono() + DRI_HS_MS / 1000.0 };
 			else if (errno == EMFILE || errno == ENFILE)
 				poll(NULL, 0, 100); /* no spin at the fd limit */
@@ -544,11 +573,13 @@ static int hub_start(struct nodes *nd, const struct node_plan *p,
 
 /* ------------------------------------------------------- the spokes */
 
-static int spoke_join(struct nodes *nd, const struct node_plan *p,
-		      struct node_start *st)
+/* Connects to node 0 and runs the handshake: the fd, -1 after a message,
+ * or -2 when node 0 dropped us from its full handshake queue (NODES_BUSY:
+ * worth another try). */
+static int spoke_handshake(struct nodes *nd, const struct node_plan *p,
+			   double dl)
 {
-	double dl = mono() + p->timeout;
-	unsigned char chal[DRI_HS_CHAL], proof[DRI_HS_PROOF];
+	unsigned char chal[DRI_HS_CHAL] = { 0 }, proof[DRI_HS_PROOF];
 	dri_hs hs;
 	int fd = -1, srv, err = 0, nap = 5;
 
@@ -568,27 +599,61 @@ static int spoke_join(struct nodes *nd, const struct node_plan *p,
 			p->port, p->timeout, strerror(err));
 		return -1;
 	}
-	nd->hub_fd = fd;
-	snprintf(nd->hub_desc, sizeof(nd->hub_desc), "the distrun of node 0 "
-		 "(%.64s) was lost", p->master_addr);
 	if (dri_hs_hello(&hs, DRI_HS_STORE, nd->node_rank, nd->nnodes) ||
 	    io_full(fd, hs.hello, DRI_HS_HELLO, dl, true) ||
 	    io_full(fd, chal, DRI_HS_CHAL, mono() + DRI_HS_MS / 1000.0,
 		    false)) {
+		close(fd);
+		if (!memcmp(chal, NODES_BUSY, NODES_BUSY_LEN))
+			return -2;
 		fprintf(stderr, "distrun: node 0 at %s:%d closed the connection "
 			"during the handshake (a different secret, --nnodes "
 			"or --master-port?)\n", p->master_addr, p->port);
 		return -1;
 	}
 	if (dri_hs_answer(&hs, nd->key, chal, &srv, proof)) {
+		close(fd);
 		fprintf(stderr, "distrun: node 0 at %s:%d and this node do not "
 			"share the job's secret (DISTRUN_SECRET, "
 			"DISTRUN_SECRET_FILE or ~/.config/distrun/secret): "
 			"refusing it\n", p->master_addr, p->port);
 		return -1;
 	}
-	if (io_full(fd, proof, DRI_HS_PROOF, dl, true) ||
-	    send_frame(fd, json_pack("{s:s,s:i,s:i}", "t", "join", "node",
+	if (io_full(fd, proof, DRI_HS_PROOF, dl, true)) {
+		close(fd);
+		fprintf(stderr, "distrun: lost node 0 while joining\n");
+		return -1;
+	}
+	return fd;
+}
+
+static int spoke_join(struct nodes *nd, const struct node_plan *p,
+		      struct node_start *st)
+{
+	double dl = mono() + p->timeout;
+	int fd, busy = 0;
+
+	/* Dropped from a full queue: again, until the join deadline. */
+	while ((fd = spoke_handshake(nd, p, dl)) == -2) {
+		busy++;
+		if (mono() >= dl) {
+			fprintf(stderr, "distrun: node %d could not join node 0 "
+				"at %s:%d within %.0fs: node 0 dropped its "
+				"connection %d times, each time for a newer one "
+				"when %d were waiting in the handshake (are "
+				"others flooding node 0's port?)\n",
+				nd->node_rank, p->master_addr, p->port,
+				p->timeout, busy, PENDING_MAX);
+			return -1;
+		}
+		poll(NULL, 0, 50);
+	}
+	if (fd < 0)
+		return -1;
+	nd->hub_fd = fd;
+	snprintf(nd->hub_desc, sizeof(nd->hub_desc), "the distrun of node 0 "
+		 "(%.64s) was lost", p->master_addr);
+	if (send_frame(fd, json_pack("{s:s,s:i,s:i}", "t", "join", "node",
 				     nd->node_rank, "nproc", p->nproc))) {
 		fprintf(stderr, "distrun: lost node 0 while joining\n");
 		return -1;
@@ -969,7 +1034,7 @@ static int make_plan(struct job *job, struct node_plan *p, char *addr,
 			.max_nodes = o->max_nodes ? o->max_nodes : 1,
 			.nproc = o->nranks, .port = p->port,
 			.timeout = o->join_timeout, .last_call = 5,
-			.round = job->restarts,
+			.round = job->restarts, .argv = o->argv,
 		};
 		struct rdzv_result res;
 
@@ -1128,8 +1193,11 @@ int nodes_setup(struct job *job)
 	p.master_addr = addr;
 	p.nproc = o->nranks;
 	if (p.node_rank == 0) {
-		/* Rank 0's store: a free port, held as for one node. */
+		/* Rank 0's store: a free port, held as for one node, on
+		 * the address the ranks will be given (port.c may listen
+		 * there for rank 0). */
 		o->master_port = 0;
+		o->master_addr = addr;
 		if (port_reserve(job))
 			goto fail;
 		p.rank_port = job->master_port;

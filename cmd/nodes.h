@@ -32,6 +32,12 @@
 #define NODES_NPROC_MAX 4096     /* ranks one node may run */
 #define NODES_FRAME_MAX 65536
 #define NODES_DEFAULT_PORT 29500
+/* What node 0 sends a connection it drops from a full handshake queue
+ * (the oldest goes, for the newest), before the close: the joining node
+ * then knows to try again, and can say why if it never gets in.  Nothing
+ * of the handshake starts with these bytes. */
+#define NODES_BUSY "DRBUSY\n"
+#define NODES_BUSY_LEN 7
 
 struct nodes;
 

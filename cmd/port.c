@@ -1,62 +1,136 @@
 /*
- * port.c - choosing MASTER_PORT so that concurrent jobs never share one.
+ * port.c - choosing MASTER_PORT so that concurrent jobs never share one,
+ * and so that nobody else can take it before rank 0 serves it.
  *
- * The scheme: distrun binds a TCP socket to 0.0.0.0 and the port with
- * SO_REUSEADDR, never listens on it, and keeps it open until the job ends.
- * For port 0 the kernel gives only ports with no socket bound at all, and
- * it skips ports that have an explicit bind when it picks an ephemeral port
- * for connect(); so while this distrun holds the socket, no other distrun
- * (and no outgoing connection) can be handed the same port.  Rank 0's store
- * can still bind and listen on it, because Linux lets a socket with
- * SO_REUSEADDR bind a port whose other owners also set SO_REUSEADDR and are
- * not listening (torch's TCPStore and libdistrun's store both set it).
+ * When rank 0 is a libdistrun program (port_takes_fds: the program file
+ * names the variable below, or links libdistrun.so), distrun itself
+ * listens on MASTER_ADDR's addresses at the port (dri_net_listen, the
+ * call rank 0's store would make) and hands the listening sockets to rank
+ * 0: they are inherited, named in DISTRUN_STORE_FDS ("3" or "3,4"), and
+ * the store takes them (store.c checks each is a listening TCP socket on
+ * MASTER_PORT).  So the port is listened on from before any rank exists
+ * to the end of the job: no other process can bind it in between, and a
+ * restarted rank 0 inherits the same sockets.
  *
- * Two jobs given the same --master-port would both get that bind, and
- * their ranks would meet each other's store.  So every distrun also holds
- * a lock named after the port: an abstract Unix socket "\0distrun/port/N".
- * Its namespace is the network namespace, as the port's is; it has no file
- * and goes with the process, however distrun dies.  The second job sees
- * the name taken and stops before it starts anything.  A port that some
- * other program listens on fails the TCP bind, and is refused as well.
+ * Any other program (torch's own TCPStore binds MASTER_PORT itself) gets
+ * the older scheme: distrun binds a TCP socket to 0.0.0.0 and the port
+ * with SO_REUSEADDR, never listens on it, and keeps it until the job
+ * ends; the kernel then hands the port to no other port-0 bind and no
+ * outgoing connect, while rank 0 (SO_REUSEADDR too) can still bind and
+ * listen.  That leaves a window a local user can race (bind the port with
+ * SO_REUSEADDR and listen first): docs/security.md says so.
  *
- * Merely binding port 0 and closing the socket at once is not enough: the
- * kernel may hand the same port to the next job before rank 0 binds it.
- * Both sockets are SOCK_CLOEXEC, so ranks do not inherit them.
+ * Two jobs given the same --master-port must not both start.  A listening
+ * socket settles it by itself, but the older scheme needs a lock: an
+ * abstract Unix socket "\0distrun/port/N", taken in both schemes.  Its
+ * namespace is the network namespace, as the port's is; it has no file
+ * and goes with the process, however distrun dies.  Any user can create
+ * such a name, so a name held by another user is not believed: the lock
+ * listens, and whoever finds the name taken connects and asks the holder's
+ * uid (SO_PEERCRED).  Only our own uid's lock stops us; a stranger's sends
+ * us to the per-user name "\0distrun/port/N/UID", and when that is
+ * squatted too we go on without a lock, saying so.
+ *
+ * Every socket here is close-on-exec; spawn.c clears that for rank 0
+ * alone on the listening ones.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "launcher.h"
+#include "net.h"
 
-/* Takes the port's lock.  Returns the socket, or -1 (EADDRINUSE: another
- * distrun has it). */
-static int port_lock(int port)
+/* The listening sockets handed to rank 0, or none. */
+static int store_fds[DRI_NET_MAXFD];
+static int nstore_fds;
+
+/* Binds and listens on one lock name; the socket, or -1 with errno. */
+static int lock_bind(const struct sockaddr_un *sa, socklen_t len)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	socklen_t len;
-	int fd, n;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), e;
 
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	/* sun_path[0] = 0: the abstract namespace. */
-	n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
-		     "distrun/port/%d", port);
-	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-	if (bind(fd, (struct sockaddr *)&sa, len)) {
-		int e = errno;
+	/* listen: so that others can ask whose it is.  Nobody accepts;
+	 * a check queues one connection until its checker closes it. */
+	if (!bind(fd, (const struct sockaddr *)sa, len) && !listen(fd, SOMAXCONN))
+		return fd;
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
+}
 
-		close(fd);
-		errno = e;
+/* The uid holding a lock name (listening), or -1 when it cannot be told:
+ * nobody listens there (not a distrun lock), or its queue is full. */
+static long lock_owner(const struct sockaddr_un *sa, socklen_t len)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	long uid = -1;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd < 0)
 		return -1;
+	if (!connect(fd, (const struct sockaddr *)sa, len) &&
+	    !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl))
+		uid = (long)cr.uid;
+	close(fd);
+	return uid;
+}
+
+/* Takes the port's lock: 0 and *fd (-1: every name is a stranger's, we
+ * go on without; *stranger: a name was another user's), or -1 with errno EADDRINUSE (another job of ours has
+ * it) or another errno (no Unix sockets: no lock). */
+static int port_lock(int port, int *fd, bool *stranger)
+{
+	uid_t me = getuid();
+	int held = -1;
+
+	*fd = -1;
+	*stranger = false;
+	/* Both names are looked at: a job of ours that found the first
+	 * squatted holds the second. */
+	for (int k = 0; k < 2; k++) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		socklen_t len;
+		long uid;
+		int n = k ? snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+				     "distrun/port/%d/%lu", port,
+				     (unsigned long)me) :
+			    snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+				     "distrun/port/%d", port);
+
+		/* sun_path[0] = 0: the abstract namespace. */
+		len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+		if (held < 0) {
+			held = lock_bind(&sa, len);
+			if (held >= 0)
+				continue;
+			if (errno != EADDRINUSE)
+				return -1;
+		}
+		uid = lock_owner(&sa, len);
+		if (uid == (long)me) {
+			if (held >= 0)
+				close(held);
+			errno = EADDRINUSE;
+			return -1;
+		}
+		*stranger = true;
 	}
-	return fd;
+	*fd = held;
+	return 0;
 }
 
 /* Binds 0.0.0.0:port (0: any) with SO_REUSEADDR; fills *port. */
@@ -84,48 +158,161 @@ fail:
 	return -1;
 }
 
+/* Listens on MASTER_ADDR's addresses at port (0: any); fills *port and
+ * store_fds, or -1 with errno. */
+static int port_listen(const char *host, int *port)
+{
+	dr_err err = dri_net_listen(host, *port, store_fds, &nstore_fds);
+
+	if (err) {
+		nstore_fds = 0;
+		errno = err == DR_ECONN ? EADDRINUSE : EADDRNOTAVAIL;
+		return -1;
+	}
+	*port = dri_net_port(store_fds[0]);
+	return 0;
+}
+
+static void port_unlisten(void)
+{
+	while (nstore_fds > 0)
+		close(store_fds[--nstore_fds]);
+}
+
+/* The program PATH would run for name (execvp's search), malloc'd, or
+ * NULL: spawn.c says why when it runs it. */
+static char *port_find_program(const char *name)
+{
+	const char *path = getenv("PATH");
+	struct stat st;
+
+	if (strchr(name, '/'))
+		return strdup(name);
+	if (!path)
+		path = "/usr/local/bin:/bin:/usr/bin";
+	for (const char *p = path;; p = strchr(p, ':') + 1) {
+		const char *end = strchrnul(p, ':');
+		char *cand = NULL;
+
+		if (asprintf(&cand, "%.*s%s%s", (int)(end - p), p,
+			     end == p ? "" : "/", name) < 0)
+			return NULL;
+		if (!stat(cand, &st) && S_ISREG(st.st_mode) &&
+		    !access(cand, X_OK))
+			return cand;
+		free(cand);
+		if (!*end)
+			return NULL;
+	}
+}
+
+/* Whether rank 0's program takes the listening sockets: an ELF file
+ * (not a script, not Python, whose torch binds the port itself) that
+ * holds the name of the variable (libdistrun linked in statically) or
+ * of the shared library.  A wrapper script gets the older scheme. */
+static bool port_takes_fds(const char *name)
+{
+	static const char *const marks[] = { "DISTRUN_STORE_FDS",
+					     "libdistrun.so" };
+	char *path = port_find_program(name);
+	struct stat st;
+	bool yes = false;
+	void *map;
+	int fd;
+
+	fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	free(path);
+	if (fd < 0)
+		return false;
+	/* 1 GiB: a larger program is not looked through. */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size < 4 ||
+	    st.st_size > (off_t)1 << 30)
+		goto out;
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED)
+		goto out;
+	if (!memcmp(map, "\177ELF", 4))
+		for (size_t i = 0; i < 2 && !yes; i++)
+			yes = memmem(map, (size_t)st.st_size, marks[i],
+				     strlen(marks[i])) != NULL;
+	munmap(map, (size_t)st.st_size);
+out:
+	close(fd);
+	return yes;
+}
+
+/* Holds port (0: picks one) in the scheme chosen; fills *port. */
+static int port_hold(struct job *job, bool handoff, int *port)
+{
+	if (handoff)
+		return port_listen(job->o->master_addr, port);
+	job->port_fd = port_bind(port);
+	return job->port_fd < 0 ? -1 : 0;
+}
+
+static void port_unhold(struct job *job)
+{
+	port_unlisten();
+	if (job->port_fd >= 0)
+		close(job->port_fd);
+	job->port_fd = -1;
+}
+
 int port_reserve(struct job *job)
 {
+	bool handoff = port_takes_fds(job->o->argv[0]);
 	int port = job->o->master_port;
+	bool stranger = false;
 
 	job->port_fd = job->port_lock_fd = -1;
 	if (port) {
-		job->port_lock_fd = port_lock(port);
-		if (job->port_lock_fd < 0 && errno == EADDRINUSE) {
+		if (port_lock(port, &job->port_lock_fd, &stranger) &&
+		    errno == EADDRINUSE) {
 			fprintf(stderr, "distrun: --master-port %d is in use "
 				"by another distrun job\n", port);
 			return -1;
 		}
 		/* Without the lock (no Unix sockets?) the bind still
 		 * catches a port that is listened on. */
-		job->port_fd = port_bind(&port);
-		if (job->port_fd < 0) {
+		if (port_hold(job, handoff, &port)) {
 			fprintf(stderr, "distrun: --master-port %d: %s%s\n",
 				port, strerror(errno), errno == EADDRINUSE ?
 				" (another program listens on it)" : "");
-			return -1;
+			goto fail;
 		}
-		job->master_port = port;
-		return 0;
+		goto out;
 	}
-	/* A port another distrun has locked (its --master-port, when
+	/* A port another job of ours has locked (its --master-port, when
 	 * nothing was bound to it yet) is skipped. */
 	for (int tries = 0; tries < 64; tries++) {
-		int fd;
-
 		port = 0;
-		fd = port_bind(&port);
-		if (fd < 0)
+		if (port_hold(job, handoff, &port))
 			break;
-		job->port_lock_fd = port_lock(port);
-		if (job->port_lock_fd >= 0 || errno != EADDRINUSE) {
-			job->port_fd = fd;
-			job->master_port = port;
-			return 0;
-		}
-		close(fd);
+		if (!port_lock(port, &job->port_lock_fd, &stranger) ||
+		    errno != EADDRINUSE)
+			goto out;
+		port_unhold(job);
 	}
 	fprintf(stderr, "distrun: cannot reserve a MASTER_PORT: %s "
 		"(use --master-port)\n", strerror(errno));
 	return -1;
+out:
+	if (job->port_lock_fd < 0 && stranger)
+		fprintf(stderr, "distrun: warning: the lock names of port %d "
+			"are held by another user; going on without a lock\n",
+			port);
+	job->master_port = port;
+	return 0;
+fail:
+	if (job->port_lock_fd >= 0)
+		close(job->port_lock_fd);
+	job->port_lock_fd = -1;
+	port_unhold(job);
+	return -1;
+}
+
+int port_store_fds(const int **fds)
+{
+	*fds = store_fds;
+	return nstore_fds;
 }

@@ -28,12 +28,29 @@
  * it.  Once a round is closed, its
  * node 0 renews the lease for as long as the job runs (rdzv_keep_*), so
  * the closed state, and with it the answer to a late node, stays.
+ *
+ * etcd is outside the job: whoever may write there is not thereby one of
+ * the job's nodes.  So what nodes write is authenticated with a key only
+ * the job's nodes have (dri_auth_store_key of "distrun etcd RDZV-ID": the
+ * job's secret, as for the static protocol): every node entry carries a
+ * MAC of itself ("mac"), and the whole document one of its fields, its
+ * entries and the etcd key it belongs under ("docmac"), made again by
+ * whoever writes it.  A reader drops an entry whose MAC is wrong (a
+ * stranger took no slot: the document is written back without it),
+ * and does not believe a document whose own MAC is wrong (a pre-written
+ * "closed", a stranger's round): before it has joined it replaces it
+ * with a round of its own, after, it stops, saying so.  The pointer to a
+ * restart's round carries a MAC too, or is ignored.  The document also
+ * names the program (an HMAC of argv, so etcd learns nothing of it) and
+ * --nnodes: two different jobs given one --rdzv-id are told so instead
+ * of merging into one world.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <netdb.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +64,151 @@
 #include "rdzv.h"
 
 #define RDZV_TTL 15
+
+/* What a rendezvous is checked with: the job's key, the etcd key of the
+ * round, and the program's and --nnodes' fingerprint. */
+struct seal {
+	uint8_t key[DRI_KEY_LEN];
+	char where[300];
+	char prog[65];
+};
+
+static void mac_hex(const struct seal *sl, const char *what, const char *s,
+		    char out[65])
+{
+	uint8_t m[32];
+	dri_hmac_ctx c;
+
+	dri_hmac_init(&c, sl->key, sizeof(sl->key));
+	dri_hmac_update(&c, what, strlen(what) + 1);
+	dri_hmac_update(&c, sl->where, strlen(sl->where) + 1);
+	dri_hmac_update(&c, s, strlen(s));
+	dri_hmac_final(&c, m);
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", m[i]);
+	explicit_bzero(m, sizeof(m));
+}
+
+/* One entry's bytes as its MAC covers them. */
+static void entry_text(json_t *n, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s %lld %lld %s",
+		 json_string_value(json_object_get(n, "addr")) ?: "",
+		 (long long)json_integer_value(json_object_get(n, "port")),
+		 (long long)json_integer_value(json_object_get(n, "nproc")),
+		 json_string_value(json_object_get(n, "token")) ?: "");
+}
+
+static json_t *entry_make(const struct seal *sl, const char *addr, int port,
+			  int nproc, const char *token)
+{
+	json_t *n = json_pack("{s:s,s:i,s:i,s:s}", "addr", addr, "port", port,
+			      "nproc", nproc, "token", token);
+	char text[400], mac[65];
+
+	if (!n)
+		return NULL;
+	entry_text(n, text, sizeof(text));
+	mac_hex(sl, "distrun rdzv node", text, mac);
+	json_object_set_new(n, "mac", json_string(mac));
+	return n;
+}
+
+static bool entry_ok(const struct seal *sl, json_t *n)
+{
+	const char *mac = json_string_value(json_object_get(n, "mac"));
+	char text[400], want[65];
+
+	if (!json_is_object(n) || !mac)
+		return false;
+	entry_text(n, text, sizeof(text));
+	mac_hex(sl, "distrun rdzv node", text, want);
+	return !strcmp(mac, want);
+}
+
+/* The document's MAC, over its fields and its entries' MACs. */
+static void doc_mac(const struct seal *sl, json_t *st, char out[65])
+{
+	json_t *nodes = json_object_get(st, "nodes");
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f) {
+		memset(out, 0, 65);   /* matches no MAC */
+		return;
+	}
+	fprintf(f, "%s %lld %lld %s",
+		json_string_value(json_object_get(st, "state")) ?: "",
+		(long long)json_integer_value(json_object_get(st,
+							      "last_call_until")),
+		(long long)json_integer_value(json_object_get(st, "lease")),
+		json_string_value(json_object_get(st, "prog")) ?: "");
+	for (size_t i = 0; i < json_array_size(nodes); i++)
+		fprintf(f, " %s", json_string_value(json_object_get(
+			json_array_get(nodes, i), "mac")) ?: "");
+	fclose(f);
+	mac_hex(sl, "distrun rdzv state", text ? text : "", out);
+	free(text);
+}
+
+/* Serializes st with its MAC; malloc'd, or NULL. */
+static char *doc_seal(const struct seal *sl, json_t *st)
+{
+	char mac[65];
+
+	doc_mac(sl, st, mac);
+	json_object_set_new(st, "docmac", json_string(mac));
+	return json_dumps(st, JSON_COMPACT);
+}
+
+/* Drops the entries of st whose MAC is wrong (how many), then says
+ * whether what is left is a document the job's nodes wrote. */
+static bool doc_check(const struct seal *sl, json_t *st, int *dropped)
+{
+	json_t *nodes = json_object_get(st, "nodes");
+	const char *mac = json_string_value(json_object_get(st, "docmac"));
+	char want[65];
+
+	*dropped = 0;
+	for (size_t i = json_array_size(nodes); i-- > 0;)
+		if (!entry_ok(sl, json_array_get(nodes, i))) {
+			json_array_remove(nodes, i);
+			++*dropped;
+		}
+	if (!mac)
+		return false;
+	doc_mac(sl, st, want);
+	return !strcmp(mac, want);
+}
+
+/* The key and fingerprint of this job's rendezvous; -1 with a message
+ * when the job's secret cannot be had. */
+static int seal_init(struct seal *sl, const struct rdzv_plan *p, char *err,
+		     size_t errsz)
+{
+	char ident[300];
+	dri_hmac_ctx c;
+	uint8_t m[32];
+
+	memset(sl, 0, sizeof(*sl));
+	snprintf(ident, sizeof(ident), "distrun etcd %s", p->run_id);
+	if (dri_auth_store_key(ident, sl->key)) {
+		snprintf(err, errsz, "etcd rendezvous: %s", dr_last_error());
+		return -1;
+	}
+	dri_hmac_init(&c, sl->key, sizeof(sl->key));
+	dri_hmac_update(&c, "distrun rdzv program", 21);
+	for (char *const *a = p->argv; a && *a; a++)
+		dri_hmac_update(&c, *a, strlen(*a) + 1);
+	snprintf(ident, sizeof(ident), "nnodes %d:%d", p->min_nodes,
+		 p->max_nodes);
+	dri_hmac_update(&c, ident, strlen(ident));
+	dri_hmac_final(&c, m);
+	for (int i = 0; i < 16; i++)
+		sprintf(sl->prog + 2 * i, "%02x", m[i]);
+	return 0;
+}
 
 static double mono(void)
 {
@@ -108,14 +270,16 @@ static int fail(char *err, size_t n, const char *what, struct etcd *e)
 /* The round the job is in, for a node started afresh: N from the key
  * /distrun/rdzv/JOB/current, 0 where there is none (no restart yet, or
  * one whose round is gone), -1 with a message. */
-static int current_round(struct etcd *e, const char *run_id, char *err,
-			 size_t errsz)
+static int current_round(struct etcd *e, struct seal *sl, const char *run_id,
+			 char *err, size_t errsz)
 {
-	char key[300], *val = NULL;
+	char key[300], *val = NULL, text[32], want[65];
+	const char *mac;
 	int64_t mod;
 	json_t *j;
 	json_int_t r;
 	int got;
+	bool ok;
 
 	snprintf(key, sizeof(key), "/distrun/rdzv/%s/current", run_id);
 	got = etcd_get(e, key, &val, &mod, NULL);
@@ -124,7 +288,15 @@ static int current_round(struct etcd *e, const char *run_id, char *err,
 	j = json_loads(val, 0, NULL);
 	free(val);
 	r = json_integer_value(json_object_get(j, "round"));
+	mac = json_string_value(json_object_get(j, "mac"));
+	snprintf(sl->where, sizeof(sl->where), "%s", key);
+	snprintf(text, sizeof(text), "%lld", (long long)r);
+	mac_hex(sl, "distrun rdzv round", text, want);
+	ok = mac && !strcmp(mac, want);
 	json_decref(j);
+	/* Not written by one of the job's nodes: not believed. */
+	if (!ok)
+		return 0;
 	/* etcd is outside the job: a round is a small positive number. */
 	if (r < 1 || r > 1000000) {
 		snprintf(err, errsz, "etcd key %s does not hold a distrun "
@@ -139,18 +311,22 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 	      size_t errsz)
 {
 	struct etcd *e = NULL;
-	char key[300], ckey[300], cval[32], me_addr[64], token[17];
+	struct seal sl;
+	char key[300], ckey[300], cval[128], me_addr[64], token[17];
 	uint8_t tok[8];
 	double deadline = mono() + p->timeout;
 	int64_t lease = 0;
 	int joined = -1, rc = -1, round = p->round;
 
 	memset(res, 0, sizeof(*res));
-	if (etcd_open(&e, p->endpoint, err, errsz))
+	if (seal_init(&sl, p, err, errsz))
 		return -1;
+	if (etcd_open(&e, p->endpoint, err, errsz))
+		goto out;
 	/* A node started afresh joins the round of a restart, if there is
 	 * one; a restarted node knows its round. */
-	if (!round && (round = current_round(e, p->run_id, err, errsz)) < 0)
+	if (!round && (round = current_round(e, &sl, p->run_id, err,
+					     errsz)) < 0)
 		goto out;
 	/* A restart meets in a key of its own: the last round's is closed. */
 	if (round)
@@ -158,6 +334,7 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			 p->run_id, round);
 	else
 		snprintf(key, sizeof(key), "/distrun/rdzv/%s/state", p->run_id);
+	snprintf(sl.where, sizeof(sl.where), "%s", key);
 	if (p->addr && *p->addr)
 		snprintf(me_addr, sizeof(me_addr), "%s", p->addr);
 	else if (own_addr(etcd_host(e), etcd_port(e), me_addr,
@@ -176,13 +353,32 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 	while (mono() < deadline) {
 		char *val = NULL;
 		int64_t mod = 0, rev = 0, until;
-		json_t *st, *nodes, *mine;
-		int got = etcd_get(e, key, &val, &mod, &rev), n, w;
+		json_t *st = NULL, *nodes, *mine;
+		int got = etcd_get(e, key, &val, &mod, &rev), n, w, dropped = 0;
 		const char *state;
 
 		if (got < 0) {
 			fail(err, errsz, "etcd rendezvous", e);
 			goto out;
+		}
+		if (got) {
+			st = json_loads(val, 0, NULL);
+			free(val);
+			if (!doc_check(&sl, st, &dropped)) {
+				/* Not the job's nodes' document. */
+				json_decref(st);
+				if (joined >= 0) {
+					snprintf(err, errsz, "the rendezvous "
+						 "state of %s in etcd was "
+						 "overwritten by a writer without "
+						 "the job's secret", p->run_id);
+					goto out;
+				}
+				fprintf(stderr, "distrun: etcd key %s holds a "
+					"rendezvous not written with the job's "
+					"secret; replacing it\n", key);
+				got = 0;
+			}
 		}
 		if (!got) {
 			char *s;
@@ -197,11 +393,12 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 				fail(err, errsz, "etcd lease", e);
 				goto out;
 			}
-			st = json_pack("{s:s,s:[{s:s,s:i,s:i,s:s}],s:I,s:I}",
-				       "state", "open", "nodes", "addr", me_addr,
-				       "port", p->port, "nproc", p->nproc,
-				       "token", token, "last_call_until",
-				       (json_int_t)0, "lease", (json_int_t)lease);
+			st = json_pack("{s:s,s:[o],s:I,s:I,s:s}", "state",
+				       "open", "nodes", entry_make(&sl, me_addr,
+				       p->port, p->nproc, token),
+				       "last_call_until", (json_int_t)0,
+				       "lease", (json_int_t)lease, "prog",
+				       sl.prog);
 			if (p->min_nodes <= 1)
 				json_object_set_new(st, "last_call_until",
 					json_integer(wall_ms() +
@@ -214,19 +411,38 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			 * the round finds the pointer too. */
 			snprintf(ckey, sizeof(ckey), "/distrun/rdzv/%s/current",
 				 p->run_id);
-			snprintf(cval, sizeof(cval), "{\"round\":%d}", round);
-			s = json_dumps(st, JSON_COMPACT);
+			{
+				char text[32], mac[65];
+
+				snprintf(text, sizeof(text), "%d", round);
+				snprintf(sl.where, sizeof(sl.where), "%s", ckey);
+				mac_hex(&sl, "distrun rdzv round", text, mac);
+				snprintf(sl.where, sizeof(sl.where), "%s", key);
+				snprintf(cval, sizeof(cval),
+					 "{\"round\":%d,\"mac\":\"%s\"}",
+					 round, mac);
+			}
+			s = st ? doc_seal(&sl, st) : NULL;
 			json_decref(st);
-			if (s && etcd_cas_with(e, key, 0, s, lease,
+			/* mod: a document not ours is replaced, if it is
+			 * still the one read */
+			if (s && etcd_cas_with(e, key, mod, s, lease,
 					       round ? ckey : NULL, cval) == 1)
 				joined = 0;
 			free(s);
 			continue;
 		}
-		st = json_loads(val, 0, NULL);
-		free(val);
 		nodes = json_object_get(st, "nodes");
 		state = json_string_value(json_object_get(st, "state"));
+		if (strcmp(json_string_value(json_object_get(st, "prog")) ?: "",
+			   sl.prog)) {
+			json_decref(st);
+			snprintf(err, errsz, "rendezvous %s is held by nodes that "
+				 "run another program, or with another "
+				 "--nnodes: two jobs given one --rdzv-id?",
+				 p->run_id);
+			goto out;
+		}
 		if (!json_is_array(nodes) || !state ||
 		    json_array_size(nodes) > (size_t)p->max_nodes) {
 			json_decref(st);
@@ -292,10 +508,14 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			rc = 0;
 			goto out;
 		}
-		if (joined < 0) {
-			json_array_append_new(nodes, json_pack(
-				"{s:s,s:i,s:i,s:s}", "addr", me_addr, "port",
-				p->port, "nproc", p->nproc, "token", token));
+		if (dropped && strcmp(state, "closed")) {
+			/* A stranger's entries: written back without them. */
+			fprintf(stderr, "distrun: dropped %d entr%s of etcd key "
+				"%s not written with the job's secret\n",
+				dropped, dropped == 1 ? "y" : "ies", key);
+		} else if (joined < 0) {
+			json_array_append_new(nodes, entry_make(&sl, me_addr,
+				p->port, p->nproc, token));
 			if (n + 1 >= p->min_nodes && !until)
 				json_object_set_new(st, "last_call_until",
 					json_integer(wall_ms() +
@@ -327,7 +547,7 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 			continue;
 		}
 		{
-			char *s = json_dumps(st, JSON_COMPACT);
+			char *s = doc_seal(&sl, st);
 			int ok = s ? etcd_cas(e, key, mod, s, -1) : -1;
 
 			free(s);
@@ -336,7 +556,7 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 				fail(err, errsz, "etcd rendezvous", e);
 				goto out;
 			}
-			if (ok && joined < 0)
+			if (ok && joined < 0 && !dropped)
 				joined = n;
 		}
 	}
@@ -345,6 +565,7 @@ int rdzv_etcd(const struct rdzv_plan *p, struct rdzv_result *res, char *err,
 		 p->min_nodes, p->timeout);
 out:
 	etcd_close(e);
+	explicit_bzero(&sl, sizeof(sl));
 	return rc;
 }
 

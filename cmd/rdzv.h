@@ -18,6 +18,8 @@ struct rdzv_plan {
 	double timeout;           /* seconds for the whole rendezvous */
 	double last_call;         /* seconds after MIN nodes are in */
 	int round;                /* 0, then one more per restart */
+	char *const *argv;        /* the program and its arguments: nodes
+				   * running another one are not met */
 };
 
 struct rdzv_result {

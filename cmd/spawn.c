@@ -46,14 +46,17 @@ static const char *const set_vars[] = {
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
 	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
 	"DISTRUN_SECRET",
-	"DISTRUN_SEG_FD", "DISTRUN_LINEBUF",
+	"DISTRUN_SEG_FD", "DISTRUN_LINEBUF", "DISTRUN_STORE_FDS",
 };
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
 /* Slots in the environment template rewritten for every rank. */
 enum { SLOT_RANK, SLOT_LOCAL_RANK, SLOT_ROLE_RANK, SLOT_RESTART,
-       SLOT_LINEBUF, N_SLOTS };
-static char rank_str[N_SLOTS][48];
+       SLOT_LINEBUF, SLOT_STORE_FDS, N_SLOTS };
+static char rank_str[N_SLOTS][96];
+/* The listening sockets rank 0 inherits (port.c), in the next child. */
+static const int *child_store_fds;
+static int child_nstore_fds;
 static size_t env_nalloc;
 static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
 /* The line-buffering shim's LD_PRELOAD and ASAN_OPTIONS (or NULL). */
@@ -198,6 +201,7 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_LINEBUF];
 	snprintf(rank_str[SLOT_LINEBUF], sizeof(rank_str[SLOT_LINEBUF]),
 		 "DISTRUN_LINEBUF=off");
+	env[k++] = rank_str[SLOT_STORE_FDS];
 	spawn_set_restart(job, job->restarts);
 	/* The rest are the same for every rank. */
 	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
@@ -315,7 +319,10 @@ static void raise_fd_limit(void)
 	/* Two pipes per rank and a file per stream with --output-dir. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+		/* Failing leaves the lower limit: spawn_rank names it if a
+		 * rank then finds no fd. */
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			return;
 	}
 }
 
@@ -429,6 +436,10 @@ child_exec(struct job *job, pid_t parent, int in, int out, int err,
 	/* The segment is close-on-exec in distrun; the rank inherits it. */
 	if (job->seg_fd >= 0 && fcntl(job->seg_fd, F_SETFD, 0) < 0)
 		goto fail;
+	/* So is MASTER_PORT's listening socket; rank 0 alone gets it. */
+	for (int i = 0; i < child_nstore_fds; i++)
+		if (fcntl(child_store_fds[i], F_SETFD, 0) < 0)
+			goto fail;
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
@@ -449,6 +460,19 @@ fail:
 	_exit(ce.err == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
 }
 
+/* DISTRUN_STORE_FDS: "3,4" for rank 0 when port.c listens for it,
+ * empty for the others. */
+static void store_fds_env(int rank)
+{
+	char *p = rank_str[SLOT_STORE_FDS], *end = p + sizeof(rank_str[0]);
+
+	child_nstore_fds = rank ? 0 : port_store_fds(&child_store_fds);
+	p += snprintf(p, (size_t)(end - p), "DISTRUN_STORE_FDS=");
+	for (int i = 0; i < child_nstore_fds && p < end; i++)
+		p += snprintf(p, (size_t)(end - p), "%s%d", i ? "," : "",
+			      child_store_fds[i]);
+}
+
 static int spawn_rank(struct job *job, int r, pid_t self)
 {
 	struct rank *rk = &job->ranks[r];
@@ -458,9 +482,16 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	int vfork_errno;
 	pid_t pid;
 
+	/* Our ends never block the job loop; the rank's do block. */
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
-	    pipe2(ep, O_CLOEXEC) || input_pipe(job, r, &in))
+	    pipe2(ep, O_CLOEXEC) || input_pipe(job, r, &in) ||
+	    fcntl(out[0], F_SETFL, O_NONBLOCK) < 0 ||
+	    fcntl(err[0], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
+	/* A larger pipe is a help, not a need (F_SETPIPE_SZ may be
+	 * refused above /proc/sys/fs/pipe-max-size). */
+	if (pipe_size && fcntl(out[0], F_SETPIPE_SZ, pipe_size) < 0)
+		pipe_size = 0;
 	snprintf(rank_str[SLOT_RANK], 48, "RANK=%d", job->rank_offset + r);
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
 	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
@@ -474,6 +505,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 				 (unsigned long long)st.st_dev,
 				 (unsigned long long)st.st_ino);
 	}
+	store_fds_env(job->rank_offset + r);
 	rk->t_start = now_mono();
 	/* vfork: the child borrows our memory until it execs, so no page
 	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The
@@ -502,10 +534,6 @@ started:
 	close(ep[1]);
 	if (in != job->devnull)
 		close(in);
-	if (pipe_size)
-		fcntl(out[0], F_SETPIPE_SZ, pipe_size);
-	fcntl(out[0], F_SETFL, O_NONBLOCK);
-	fcntl(err[0], F_SETFL, O_NONBLOCK);
 	rk->pid = pid;
 	rk->state = RANK_RUNNING;
 	rk->out_fd = out[0];
@@ -594,8 +622,13 @@ void spawn_release(struct job *job)
 {
 	preload_release(job);
 	if (job->env) {
-		for (size_t i = N_SLOTS; i < env_nalloc; i++)
+		for (size_t i = N_SLOTS; i < env_nalloc; i++) {
+			/* the secret's copy goes as it came: wiped */
+			if (job->env[i] && !strncmp(job->env[i],
+						    "DISTRUN_SECRET=", 15))
+				explicit_bzero(job->env[i], strlen(job->env[i]));
 			free(job->env[i]);
+		}
 		free(job->env);
 		job->env = NULL;
 	}
@@ -603,6 +636,7 @@ void spawn_release(struct job *job)
 		free(linebuf_env[i]);
 		linebuf_env[i] = NULL;
 	}
+	explicit_bzero(job->node_secret, sizeof(job->node_secret));
 	free(job->prog_path);
 	job->prog_path = NULL;
 	if (job->devnull >= 0)

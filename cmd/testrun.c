@@ -20,6 +20,10 @@
  * run and their ranks fit in the CPUs that sched_getaffinity() allows;
  * a case that does not fit waits for room (none after it overtakes it),
  * and a case larger than the machine runs alone.
+ *
+ * Without --output-dir the cases write under a fresh TMPDIR/distrun-test.*
+ * that a small cleaner process removes when `distrun test` ends however
+ * it ends (kill -9 too): it waits for EOF on a pipe only we hold.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -906,6 +910,45 @@ out:
 
 /* ------------------------------------------------------------ set-up */
 
+/* Forks the process that removes dir once we are gone (EOF on the pipe
+ * whose write end only we hold, close-on-exec).  It has the terminal's
+ * signals blocked, as the runner has, so a ^C does not end it before it
+ * has cleaned.  Without it the directory is still removed at a normal
+ * end. */
+static void tmp_cleaner(const char *dir)
+{
+	int fds[2];
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC))
+		return;
+	pid = fork();
+	if (pid == 0) {
+		char c;
+
+		/* The signals the runner blocked stay blocked here. */
+		close(fds[1]);
+		/* fds[0] stays open (an fd >= 3 among them): keep nothing else */
+		for (int fd = 0; fd < 3; fd++)
+			if (fd != fds[0])
+				close(fd);
+		if (fds[0] > 3)
+			close_range(3, (unsigned)fds[0] - 1, 0);
+		close_range((unsigned)fds[0] + 1, ~0U, 0);
+		while (read(fds[0], &c, 1) < 0 && errno == EINTR)
+			;
+		/* Twice: a case killed with us may still have been writing. */
+		rm_tree(dir);
+		usleep(200000);
+		rm_tree(dir);
+		_exit(0);
+	}
+	close(fds[0]);
+	if (pid < 0)
+		close(fds[1]);
+	/* fds[1] is closed when we exit: that is the signal. */
+}
+
 static int setup_runner(struct runner *ru)
 {
 	sigset_t set;
@@ -934,6 +977,7 @@ static int setup_runner(struct runner *ru)
 			ru->tmp[0] = 0;
 			return -1;
 		}
+		tmp_cleaner(ru->tmp);
 	}
 	return 0;
 fail:

@@ -442,6 +442,7 @@ dr_err dri_auth_store_key(const char *identity, uint8_t key[DRI_KEY_LEN])
 		dri_hmac_final(&c, key);
 	}
 	explicit_bzero(secret, SECRET_MAX);
+	explicit_bzero(&c, sizeof(c));
 	free(secret);
 	return err;
 }

@@ -18,6 +18,13 @@
  * total, value size, bytes stored.  Replies are queued and written as the
  * socket takes them, so a client that stops reading stalls only itself.
  *
+ * Under distrun, rank 0 may find MASTER_PORT already listened on for it:
+ * distrun listened before any rank existed, so that no other process
+ * could take the port, and names the inherited sockets in
+ * DISTRUN_STORE_FDS.  Each must be a listening TCP socket on the port
+ * asked for; the store serves on duplicates of them and leaves the
+ * inherited ones open, so that an init after a destroy finds them again.
+ *
  * Frames, both ways: u32 length of what follows (little-endian), u32
  * sequence number, then for a request u8 command, u16 key length, key,
  * value; for a reply u8 status (0 ok) and the value.  A reply carries the
@@ -34,8 +41,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -584,6 +593,87 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
+/* Whether fd is a listening TCP socket bound to port; NULL, or what it
+ * is instead. */
+static const char *inherited_bad(int fd, int port)
+{
+	int type = 0, proto = 0, dom = 0, acc = 0;
+	socklen_t l1 = sizeof(int), l2 = sizeof(int), l3 = sizeof(int),
+		  l4 = sizeof(int);
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return "not open";
+	if (!S_ISSOCK(st.st_mode))
+		return "not a socket";
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l1) ||
+	    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l2) ||
+	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l3) ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l4))
+		return "not a socket it can ask about";
+	if (type != SOCK_STREAM || proto != IPPROTO_TCP ||
+	    (dom != AF_INET && dom != AF_INET6))
+		return "not a TCP socket";
+	if (!acc)
+		return "not listening";
+	if (dri_net_port(fd) != port)
+		return "bound to another port";
+	return NULL;
+}
+
+/* The listening sockets distrun made for this store (DISTRUN_STORE_FDS,
+ * see the top), duplicated into fds: DR_OK with *nfds (0: none given),
+ * or DR_EENV naming the one that is not what it should be. */
+static dr_err inherited_listeners(int port, int fds[DRI_NET_MAXFD], int *nfds)
+{
+	const char *v = getenv("DISTRUN_STORE_FDS"), *p = v, *bad;
+	int n = 0;
+
+	*nfds = 0;
+	if (!v || !*v || port <= 0)
+		return DR_OK;
+	while (*p) {
+		char *end;
+		long fd = strtol(p, &end, 10);
+
+		if (end == p || fd < 0 || fd > 1 << 20 || (*end && *end != ',') ||
+		    n == DRI_NET_MAXFD) {
+			bad = "not a list of descriptors";
+			goto fail;
+		}
+		bad = inherited_bad((int)fd, port);
+		if (bad)
+			goto fail_fd;
+		fds[n] = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+		if (fds[n] < 0) {
+			bad = "not to be duplicated";
+			goto fail_fd;
+		}
+		/* The flag is the open file's: distrun set it already. */
+		if (fcntl(fds[n], F_SETFL, O_NONBLOCK) < 0) {
+			close(fds[n]);
+			bad = "not to be made non-blocking";
+			goto fail_fd;
+		}
+		n++;
+		p = *end ? end + 1 : end;
+		continue;
+fail_fd:
+		while (n > 0)
+			close(fds[--n]);
+		return dri_fail(DR_EENV, "DISTRUN_STORE_FDS=%s: descriptor %ld "
+				"is %s, not a TCP socket listening on MASTER_PORT=%d "
+				"(did something between distrun and the program "
+				"close or replace it?)", v, fd, bad, port);
+	}
+	*nfds = n;
+	return DR_OK;
+fail:
+	while (n > 0)
+		close(fds[--n]);
+	return dri_fail(DR_EENV, "DISTRUN_STORE_FDS=%s is %s", v, bad);
+}
+
 dr_err dri_store_server_start(const char *host, int port,
 			      const uint8_t key[DRI_KEY_LEN],
 			      dri_store_server **out)
@@ -597,8 +687,11 @@ dr_err dri_store_server_start(const char *host, int port,
 		return dri_fail(DR_ENOMEM, "out of memory");
 	memcpy(s->key, key, DRI_KEY_LEN);
 	s->stop_fd = s->reserve_fd = -1;
-	err = dri_net_listen(host, port, s->lfd, &s->nlfd);
+	err = inherited_listeners(port, s->lfd, &s->nlfd);
+	if (!err && !s->nlfd)
+		err = dri_net_listen(host, port, s->lfd, &s->nlfd);
 	if (err) {
+		explicit_bzero(s->key, sizeof(s->key));
 		free(s);
 		return dri_fail(err, "rank 0 cannot host the store: %s",
 				dr_last_error());
@@ -614,6 +707,7 @@ dr_err dri_store_server_start(const char *host, int port,
 			close(s->reserve_fd);
 		for (int k = 0; k < s->nlfd; k++)
 			close(s->lfd[k]);
+		explicit_bzero(s->key, sizeof(s->key));
 		free(s);
 		return dri_fail(DR_ESYS, "rank 0 cannot start the store: %s%s",
 				dri_strerror(e), e == EMFILE || e == ENFILE ?

@@ -30,7 +30,11 @@
  *
  * Every wait is bounded by the caller's timeout, and every length the
  * server sends is checked against DRI_TCPSTORE_VALUE_MAX before anything
- * is allocated for it.
+ * is allocated for it.  What comes back is checked as far as it can be:
+ * the keys under our prefix are counters that only we touch and only
+ * ever raise, so an ADD of d > 0 that answers less than d, or a count
+ * past 2^40, is not a TCPStore talking, and is named so (rather than
+ * taken for, say, a second process with our RANK).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -466,12 +470,23 @@ dr_err dri_tcpstore_add(dri_tcpstore *ts, const char *key, int64_t delta,
 	unsigned char b[8];
 	dr_err err;
 
+	int64_t v;
+
 	err = request(ts, DRI_TS_ADD, key, NULL, 0, delta, deadline);
 	if (!err)
 		err = answer(ts, key, b, 8, deadline, timeout_ms);
-	if (!err && out)
-		*out = (int64_t)dri_get64(b);
-	return err;
+	if (err)
+		return err;
+	v = (int64_t)dri_get64(b);
+	if (v >= (int64_t)1 << 40 || v <= -((int64_t)1 << 40) ||
+	    (delta > 0 && v < delta))
+		return dri_fail(DR_EPROTO, "torch TCPStore at %s answered adding "
+				"%lld to '%s' with %lld, which no TCPStore would "
+				"(is something else listening at MASTER_PORT?)",
+				ts->where, (long long)delta, key, (long long)v);
+	if (out)
+		*out = v;
+	return DR_OK;
 }
 
 /* ------------------------------------------------------- either store */

@@ -503,3 +503,91 @@ round_has() {
 	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
 	[ "$(cat "$TMP"/n? | grep -c 'rank [0-2]: ok$')" -eq 3 ]
 }
+
+@test "300 idle connections to node 0 keep no node out: the oldest is dropped, the node joins" {
+	hosts 3
+	node 0 2 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p0=$!
+	listening() { on 0 ss -Hltn | grep -q ':29611 '; }
+	wait_until 30 listening
+	# from a third host, never a byte of handshake: node 0 held 64 and
+	# closed every newer one for 5 s, the joining node's included
+	on 2 "$CTESTS/attacker" flood "$NET.1" 29611 300 0 >"$TMP/flood" 2>&1 &
+	wait_until 60 grep -q "connections open" "$TMP/flood"
+	node 1 2 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p1=$!
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP/flood" "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+}
+
+# etcd_kv HOST KEY [VALUE | +ENTRY]: as a stranger with write access to
+# etcd (no secret): prints KEY's value, sets it to VALUE, or appends the
+# JSON ENTRY to the "nodes" of the document there (keeping the rest).
+etcd_kv() {
+	on "$1" python3 - "$NET.1" "$2" "${3-}" <<-'EOF2'
+	import base64, json, sys, urllib.request
+	host, key, arg = sys.argv[1:4]
+	def call(path, body):
+	    r = urllib.request.urlopen(urllib.request.Request(
+	        f"http://{host}:2379/v3/{path}", json.dumps(body).encode()))
+	    return json.load(r)
+	b = lambda s: base64.b64encode(s.encode()).decode()
+	kvs = call("kv/range", {"key": b(key)}).get("kvs", [])
+	cur = base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+	if not arg:
+	    print(cur); sys.exit(0)
+	if arg.startswith("+"):
+	    doc = json.loads(cur); doc["nodes"].append(json.loads(arg[1:]))
+	    arg = json.dumps(doc)
+	call("kv/put", {"key": b(key), "value": b(arg)})
+	EOF2
+}
+
+@test "etcd: a stranger who writes etcd takes no slot; the job goes on without it" {
+	hosts 3
+	etcd_up
+	enode 0 2:2 -n 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p0=$!
+	key=/distrun/rdzv/job$BATS_TEST_NUMBER/state
+	has_doc() { etcd_kv 2 "$key" | grep -q '"nodes"'; }
+	wait_until 30 has_doc
+	# a node entry of its own after node 0's, as the next node would
+	etcd_kv 2 "$key" '+{"addr": "'"$NET.3"'", "port": 29999, "nproc": 1, "token": "0123456789abcdef"}'
+	enode 1 2:2 -n 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p1=$!
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+	grep -q "dropped 1 entry of etcd key $key not written with the job's secret" "$TMP/n0" "$TMP/n1"
+}
+
+@test "etcd: a pre-written closed state or round 999999 is not believed" {
+	hosts 2
+	etcd_up
+	local id=job$BATS_TEST_NUMBER
+	etcd_kv 1 "/distrun/rdzv/$id/state" '{"state": "closed", "nodes": [{"addr": "10.9.9.9", "port": 1, "nproc": 1, "token": "x"}], "last_call_until": 1, "lease": 0}'
+	etcd_kv 1 "/distrun/rdzv/$id/current" '{"round": 999999}'
+	enode 0 2:2 -n 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p0=$!
+	enode 1 2:2 -n 1 --join-timeout 60s "$EXAMPLES/01_barrier" & p1=$!
+	s0=0; wait $p0 || s0=$?
+	s1=0; wait $p1 || s1=$?
+	cat "$TMP"/n?
+	[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ]
+	grep -q "holds a rendezvous not written with the job's secret; replacing it" "$TMP/n0" "$TMP/n1"
+	grep -q "restart" "$TMP/n0" "$TMP/n1" && return 1
+	return 0
+}
+
+@test "etcd: two different programs given one --rdzv-id do not merge into one world" {
+	hosts 2
+	etcd_up
+	enode 0 2:2 -n 1 --join-timeout 20s "$EXAMPLES/01_barrier" & p0=$!
+	key=/distrun/rdzv/job$BATS_TEST_NUMBER/state
+	has_doc() { etcd_kv 1 "$key" | grep -q '"nodes"'; }
+	wait_until 30 has_doc
+	s1=0; enode 1 2:2 -n 1 --join-timeout 20s true || s1=$?
+	kill $p0 2>/dev/null || true
+	wait $p0 || true
+	cat "$TMP"/n?
+	[ "$s1" -eq 1 ]
+	grep -q "rendezvous job$BATS_TEST_NUMBER is held by nodes that run another program, or with another --nnodes: two jobs given one --rdzv-id?" "$TMP/n1"
+}

@@ -20,6 +20,7 @@ setup() {
 	DIR=$(mktemp -d)
 	JOB_PID=
 	THEUSER=
+	THEUID=
 	FLOOD_PIDS=()
 }
 
@@ -45,6 +46,25 @@ start_job() {
 	done
 	STORE_HOST=$(awk '$1 == "store" { print $2 }' "$DIR/addrs")
 	STORE_PORT=$(awk '$1 == "store" { print $3 }' "$DIR/addrs")
+}
+
+# make_user: a throwaway user, $THEUSER / $THEUID, who can run
+# $DIR/attacker (skips without root, useradd or setpriv).
+make_user() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to make a user"
+	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
+		skip "useradd or setpriv missing"
+	THEUSER=drsec$$
+	useradd -M -N -s /usr/sbin/nologin "$THEUSER" || skip "useradd failed"
+	THEUID=$(id -u "$THEUSER")
+	cp "$ATTACKER" "$DIR/attacker" && chmod 755 "$DIR" "$DIR/attacker"
+}
+
+# as_user CMD...: CMD as $THEUSER.
+as_user() { setpriv --reuid "$THEUID" --regid 65534 --clear-groups "$@"; }
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
 }
 
 rank_addr() { awk -v r="$1" '$1 == "rank" && $2 == r { print $3 }' "$DIR/addrs"; }
@@ -93,7 +113,7 @@ finish_job() {
 	echo "$mine"
 	# the store and one transport port per rank
 	[ "$(wc -l <<<"$mine")" -ge 3 ]
-	! awk '{ print $4 }' <<<"$mine" | grep -v '^127\.0\.0\.1:'
+	! awk '{ print $4 }' <<<"$mine" | grep -v '^127\.0\.0\.1:' || false
 	finish_job 2
 }
 
@@ -103,7 +123,7 @@ finish_job() {
 	grep -q '^rank 1 \[::1\]:' "$DIR/addrs" || { cat "$DIR/addrs"; return 1; }
 	local pids="$(rank_pid 0)|$(rank_pid 1)"
 	run ss -Hltnp
-	! grep -E "pid=($pids)," <<<"$output" | awk '{ print $4 }' | grep -v '^\[::1\]:'
+	! grep -E "pid=($pids)," <<<"$output" | awk '{ print $4 }' | grep -v '^\[::1\]:' || false
 	finish_job 2
 }
 
@@ -122,8 +142,8 @@ finish_job() {
 	# ... the other user does not, nor in argv
 	run setpriv --reuid "$uid" --regid 65534 --clear-groups cat "/proc/$pid/environ"
 	[ "$status" -ne 0 ]
-	! grep -q DISTRUN_SECRET <<<"$output"
-	! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q DISTRUN_SECRET
+	! grep -q DISTRUN_SECRET <<<"$output" || false
+	! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q DISTRUN_SECRET || false
 	run setpriv --reuid "$uid" --regid 65534 --clear-groups \
 		"$DIR/attacker" store "$STORE_HOST" "$STORE_PORT"
 	echo "$output"
@@ -144,10 +164,10 @@ finish_job() {
 	secret=$(tr '\0' '\n' <"/proc/$(rank_pid 1)/environ" |
 		 sed -n 's/^DISTRUN_SECRET=//p')
 	[ "${#secret}" -eq 64 ]
-	! tr '\0' '\n' <"/proc/$JOB_PID/cmdline" | grep -q "$secret"
+	! tr '\0' '\n' <"/proc/$JOB_PID/cmdline" | grep -q "$secret" || false
 	finish_job 2
 	[ -s "$DIR/report.json" ]
-	! grep -q "$secret" "$DIR/report.json" "$DIR/out"
+	! grep -q "$secret" "$DIR/report.json" "$DIR/out" || false
 	# and a fresh one per job
 	"$DISTRUN" -n 1 "$TESTDATA/envdump" >"$DIR/env1" 2>&1 || true
 	! grep -q "$secret" "$DIR/env1"
@@ -321,7 +341,7 @@ finish_job() {
 	echo "$output"
 	[ "$status" -eq 1 ]
 	grep -q '^distrun: rank [01]: cannot set up its stdin, stdout and stderr (dup2): Bad file descriptor$' <<<"$output"
-	! grep -q 'cannot run' <<<"$output"
+	! grep -q 'cannot run' <<<"$output" || false
 	grep -Eq '^ +[01] +1 .*(cannot set up fds|first failure)' <<<"$output"
 }
 
@@ -347,4 +367,190 @@ finish_job() {
 		END { exit bad }' $(ls "$SRCDIR"/runtime/*.c)
 	echo "$output"
 	[ "$status" -eq 0 ]
+}
+
+@test "another user's port lock names stop no job: neither the ports distrun picks nor --master-port" {
+	make_user
+	command -v unshare >/dev/null || skip "unshare missing"
+	# In a network namespace of its own (lock names and ports are per
+	# namespace), with 1000 ephemeral ports: the other user takes every
+	# one's shared lock name, and both names of port 41000.
+	cat >"$DIR/ns.sh" <<-'EOS'
+	set -e
+	ip link set lo up
+	echo "40000 40999" >/proc/sys/net/ipv4/ip_local_port_range
+	setpriv --reuid "$THEUID" --regid 65534 --clear-groups \
+		"$DIR/attacker" locks 40000 40999 -1 120 >"$DIR/l1" 2>&1 &
+	setpriv --reuid "$THEUID" --regid 65534 --clear-groups \
+		"$DIR/attacker" locks 41000 41000 "$(id -u)" 120 >"$DIR/l2" 2>&1 &
+	while ! grep -q "held" "$DIR/l1" || ! grep -q "held" "$DIR/l2"; do sleep 0.1; done
+	cat "$DIR/l1" "$DIR/l2"
+	st=0
+	"$DISTRUN" --timeout 60s -n 2 "$CTESTS/coll_check" init || st=1
+	"$DISTRUN" --timeout 60s --master-port 41000 -n 2 "$CTESTS/coll_check" init || st=1
+	kill %1 %2
+	exit $st
+	EOS
+	export DIR THEUID DISTRUN CTESTS
+	run timeout 120 unshare -n bash "$DIR/ns.sh"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q "^locks: 1000 held$" <<<"$output"
+	grep -q "^locks: 2 held$" <<<"$output"
+	[ "$(grep -c '^\[[01]\] init: DR_OK' <<<"$output")" -eq 4 ]
+	grep -q "^distrun: warning: the lock names of port 41000 are held by another user; going on without a lock$" <<<"$output"
+}
+
+@test "another user cannot take MASTER_PORT between distrun's start and rank 0's listen" {
+	make_user
+	local p
+	p=$(free_port)
+	# rank 0 waits for $DIR/go before its init: the window
+	"$DISTRUN" --timeout 100s --master-port "$p" -n 2 "$ATTACKER" lateinit "$DIR" \
+		>"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 30 pgrep -P "$JOB_PID" -x attacker
+	as_user "$DIR/attacker" squat 127.0.0.1 "$p" 30 >"$DIR/squat" 2>&1 &
+	FLOOD_PIDS+=($!)
+	wait_until 30 test -s "$DIR/squat"
+	cat "$DIR/squat"
+	grep -q "^refused: squat 127.0.0.1:$p: Address already in use$" "$DIR/squat"
+	touch "$DIR/go"
+	local st=0
+	wait "$JOB_PID" || st=$?
+	JOB_PID=
+	cat "$DIR/out"
+	[ "$st" -eq 0 ]
+	[ "$(grep -c '^\[[01]\] lateinit: rank [01]: DR_OK$' "$DIR/out")" -eq 2 ]
+}
+
+@test "a DISTRUN_STORE_FDS that is not a listening socket on MASTER_PORT is refused, naming it" {
+	local p
+	p=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=1 RANK=0 \
+		DISTRUN_STORE_FDS=0 run "$VICTIM" init
+	echo "$output"
+	grep -q "^init: DR_EENV: .*DISTRUN_STORE_FDS=0: descriptor 0 is not a socket, not a TCP socket listening on MASTER_PORT=$p" <<<"$output"
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=1 RANK=0 \
+		DISTRUN_STORE_FDS=3x run "$VICTIM" init
+	grep -q "^init: DR_EENV: .*DISTRUN_STORE_FDS=3x is not a list of descriptors" <<<"$output"
+	# a listening socket on another port
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=1 RANK=0 python3 -c '
+import os, socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+os.set_inheritable(s.fileno(), True)
+os.environ["DISTRUN_STORE_FDS"] = str(s.fileno())
+os.execv(sys.argv[1], [sys.argv[1], "init"])' "$VICTIM" >"$DIR/o" 2>&1 || true
+	cat "$DIR/o"
+	grep -q "is bound to another port, not a TCP socket listening on MASTER_PORT=$p" "$DIR/o"
+}
+
+@test "--output-dir: another user's directory is refused; in a sticky one of ours a planted link is not followed" {
+	make_user
+	printf 'root secret\n' >"$DIR/victim" && chmod 600 "$DIR/victim"
+	# a directory the other user owns, with a link where rank 0's file goes
+	mkdir "$DIR/theirs" && chown "$THEUSER" "$DIR/theirs"
+	as_user ln -s "$DIR/victim" "$DIR/theirs/rank.0.stdout"
+	run "$DISTRUN" -n 1 --output-dir "$DIR/theirs" echo overwritten
+	echo "$output"
+	[ "$status" -ne 0 ]
+	grep -q "^distrun: --output-dir $DIR/theirs belongs to uid $THEUID, who could plant links in it: use a directory of your own$" <<<"$output"
+	# one of ours that everyone can write: refused too
+	mkdir -m 777 "$DIR/open" && chmod 777 "$DIR/open"
+	run "$DISTRUN" -n 1 --output-dir "$DIR/open" echo overwritten
+	[ "$status" -ne 0 ]
+	grep -q "^distrun: --output-dir $DIR/open can be written by other users (mode 0777)" <<<"$output"
+	# sticky and ours (as /tmp is root's): the planted link is replaced
+	mkdir "$DIR/sticky" && chmod 1777 "$DIR/sticky"
+	as_user ln -s "$DIR/victim" "$DIR/sticky/rank.0.stdout"
+	as_user ln -s "$DIR/victim" "$DIR/sticky/rank.0.stderr"
+	run "$DISTRUN" -n 1 --output-dir "$DIR/sticky" echo written
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(cat "$DIR/victim")" = "root secret" ]
+	[ ! -L "$DIR/sticky/rank.0.stdout" ]
+	[ "$(cat "$DIR/sticky/rank.0.stdout")" = written ]
+	[ "$(stat -c %U "$DIR/sticky/rank.0.stdout")" = "$(id -un)" ]
+}
+
+# dead PID...: none of them runs (gone, or a zombie).
+dead() {
+	local p
+	for p in "$@"; do
+		case "$(ps -o stat= -p "$p")" in
+		"" | Z*) ;;
+		*) return 1 ;;
+		esac
+	done
+}
+
+@test "kill -9 of distrun without a cgroup stops the job's own, not another user's nor another job's holding its id" {
+	make_user
+	DISTRUN_CGROUP=0 "$DISTRUN" -n 1 --grace 60s sh -c '
+		( setsid sleep 120 & echo $! >"$0/own.tmp"; mv "$0/own.tmp" "$0/own" )
+		echo "$DISTRUN_JOB_ID" >"$0/id.tmp"; mv "$0/id.tmp" "$0/id"
+		exec sleep 120' "$DIR" >"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 30 test -s "$DIR/id"
+	wait_until 30 test -s "$DIR/own"
+	local id own guard s1 s2
+	id=$(cat "$DIR/id")
+	own=$(cat "$DIR/own")
+	# the job id is guessable (multi-node: the user's --rdzv-id)
+	as_user env DISTRUN_JOB_ID="$id" GROUP_RANK=0 sleep 120 &
+	s1=$!
+	env DISTRUN_JOB_ID="$id" GROUP_RANK=0 sleep 120 &
+	s2=$!
+	FLOOD_PIDS+=($s1 $s2)
+	guard=$(ps -o pid=,comm= --ppid "$JOB_PID" | awk '$2 == "distrun" { print $1 }')
+	[ -n "$guard" ]
+	kill -KILL "$JOB_PID"
+	wait "$JOB_PID" || true
+	JOB_PID=
+	wait_until 30 dead "$guard" "$own"
+	dead "$s1" && return 1
+	dead "$s2" && return 1
+	return 0
+}
+
+@test "distrun test killed with -9 leaves no distrun-test.* directory behind" {
+	mkdir "$DIR/t"
+	TMPDIR=$DIR/t "$DISTRUN" test -n 1 -- sleep 60 >"$DIR/out" 2>&1 &
+	JOB_PID=$!
+	wait_until 30 compgen -G "$DIR/t/distrun-test.*/0" >/dev/null
+	kill -KILL "$JOB_PID"
+	wait "$JOB_PID" || true
+	JOB_PID=
+	wait_until 30 test -z "$(ls "$DIR/t")"
+}
+
+@test "garbage from a fake TCPStore is named as such, not as a RANK used twice" {
+	local port
+	port=$(free_port)
+	# answers the dialect probe as torch 2.x would (four key counts of 0),
+	# then 8 bytes of the given pattern to whatever comes
+	cat >"$DIR/fake.py" <<-'EOF2'
+	import socket, sys, threading
+	s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+	s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+	def serve(c):
+	    c.recv(9); c.sendall(bytes(32))
+	    while c.recv(4096): c.sendall(bytes.fromhex(sys.argv[2]))
+	while True:
+	    c = s.accept()[0]; threading.Thread(target=serve, args=(c,), daemon=True).start()
+	EOF2
+	local pat
+	for pat in 4141414141414141 0000000000000000; do
+		python3 "$DIR/fake.py" "$port" "$pat" &
+		FLOOD_PIDS+=($!)
+		wait_until 10 python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' "$port"
+		MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=0 WORLD_SIZE=2 \
+			TORCHELASTIC_USE_AGENT_STORE=True DISTRUN_TIMEOUT=5s \
+			run timeout 60 "$VICTIM" init
+		echo "$output"
+		kill "${FLOOD_PIDS[-1]}"; wait "${FLOOD_PIDS[-1]}" || true
+		grep -q "^init: DR_EPROTO: torch TCPStore at 127.0.0.1:$port answered adding 1 to 'rank/0' with -\?[0-9]*, which no TCPStore would (is something else listening at MASTER_PORT?)$" <<<"$output"
+		grep -q "more than one process" <<<"$output" && return 1
+	done
+	return 0
 }

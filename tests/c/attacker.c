@@ -17,6 +17,17 @@
  *   giant                an insider: takes rank 0's place in a 2-rank job
  *                        (the environment distrun gives), proves the key,
  *                        and sends rank 1 a header announcing 2^40 bytes
+ *   squat HOST PORT S    another user tries to take MASTER_PORT before
+ *                        rank 0 listens: binds it with SO_REUSEADDR and
+ *                        listens (refused: the port is held listening);
+ *                        if it got it, holds it S seconds
+ *   locks FROM TO UID S  another user takes distrun's port lock names for
+ *                        ports FROM..TO, the shared one and (UID >= 0) UID's,
+ *                        and holds them S seconds (not an attempt that
+ *                        can be refused: prints how many it holds)
+ *   lateinit DIR         not an attack: a rank that waits for DIR/go
+ *                        before its init (the window squat aims at), then
+ *                        runs a barrier
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,7 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -373,6 +386,71 @@ static void mode_giant(void)
 	exit(got >= 0 ? 0 : 1);
 }
 
+static void mode_squat(const char *host, int port, int secs)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	sa.sin_port = htons((uint16_t)port);
+	if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)))
+		exit(2);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(fd, 16)) {
+		printf("refused: squat %s:%d: %s\n", host, port,
+		       strerror(errno));
+		exit(0);
+	}
+	printf("squat: listening on %s:%d\n", host, port);
+	sleep((unsigned)secs);
+	exit(1);
+}
+
+static void mode_locks(int from, int to, long uid, int secs)
+{
+	int held = 0;
+
+	for (int port = from; port <= to; port++)
+		for (int k = 0; k < (uid >= 0 ? 2 : 1); k++) {
+			struct sockaddr_un sa = { .sun_family = AF_UNIX };
+			int n = k ? snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+					     "distrun/port/%d/%ld", port, uid) :
+				    snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+					     "distrun/port/%d", port);
+			int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+			if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa,
+					     (socklen_t)(offsetof(struct sockaddr_un,
+							sun_path) + 1 + n)) &&
+			    !listen(fd, 1))
+				held++;
+			else if (fd >= 0)
+				close(fd);
+		}
+	printf("locks: %d held\n", held);
+	sleep((unsigned)secs);
+	exit(0);
+}
+
+static void mode_lateinit(const char *dir)
+{
+	char go[4096];
+	struct stat st;
+	dr_err e;
+
+	snprintf(go, sizeof(go), "%s/go", dir);
+	for (int i = 0; i < 1200 && stat(go, &st); i++)
+		usleep(50000);
+	e = dr_init_process_group(NULL, NULL);
+	if (!e)
+		e = dr_barrier(NULL, NULL, NULL, 0);
+	printf("lateinit: rank %s: %s%s%s\n", getenv("RANK"), dr_err_name(e),
+	       e ? ": " : "", e ? dr_last_error() : "");
+	if (!e)
+		dr_destroy_process_group();
+	exit(e ? 3 : 0);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -384,9 +462,17 @@ int main(int argc, char **argv)
 		mode_flood(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
 	else if (argc == 2 && !strcmp(argv[1], "giant"))
 		mode_giant();
+	else if (argc == 5 && !strcmp(argv[1], "squat"))
+		mode_squat(argv[2], atoi(argv[3]), atoi(argv[4]));
+	else if (argc == 6 && !strcmp(argv[1], "locks"))
+		mode_locks(atoi(argv[2]), atoi(argv[3]), atol(argv[4]),
+			   atoi(argv[5]));
+	else if (argc == 3 && !strcmp(argv[1], "lateinit"))
+		mode_lateinit(argv[2]);
 	else {
 		fprintf(stderr, "usage: attacker store HOST PORT | transport "
-			"HOST:PORT | flood HOST PORT N MIB | giant\n");
+			"HOST:PORT | flood HOST PORT N MIB | giant | squat HOST PORT S "
+			"| locks FROM TO UID S | lateinit DIR\n");
 		return 2;
 	}
 	return failures ? 1 : 0;
