@@ -164,6 +164,7 @@ struct rank {
 	int errpipe;               /* exec-error pipe, -1 once read */
 	struct linebuf line[2];    /* partial line of stdout, stderr */
 	int file_fd[2];            /* --output-dir files, -1 if none */
+	int file_errno[2];         /* why a write to one failed (ENOSPC...), 0 */
 	int status;                /* wait status once exited */
 	int exec_errno;            /* errno from a failed exec, or 0 */
 	int spawn_step;            /* SPAWN_STEP_*: what exec_errno is of */
@@ -351,6 +352,10 @@ void mux_finish(struct job *job, int r, int s);
 #define PARTIAL_WAIT 0.2
 double mux_partial_deadline(struct job *job);
 void mux_show_partials(struct job *job);
+/* Closes the --output-dir / --log-dir files, and says on stderr which of
+ * them are incomplete (a write or the close failed: a full disk, a quota)
+ * and why.  Returns how many are. */
+int mux_close_files(struct job *job);
 void mux_release(struct job *job);
 /* torchrun's log files of the attempt job->restarts (--log-dir,
  * --redirects, --tee), each rank's fds replaced.  Returns 0 or -1. */

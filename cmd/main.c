@@ -258,6 +258,10 @@ int main(int argc, char **argv)
 	rc = job.exit_status = nodes_job_finish(&job, exit_status(&job));
 	again = nodes_job_restart(&job, rc);
 	mux_flush(&job);
+	/* Output that did not reach its file is lost output: CI must not
+	 * read 0 (issue 30 item 11). */
+	if (mux_close_files(&job) && !rc)
+		rc = job.exit_status = 1;
 	if (!o.quiet && (o.summary || rc))
 		report_summary(&job);
 	if (rc)

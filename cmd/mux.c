@@ -712,8 +712,13 @@ int mux_read(struct job *job, int r, int s)
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w < 0) {
+				/* The file is torn from here: said now and
+				 * again at the end (mux_close_files), where
+				 * it fails the job. */
+				rk->file_errno[s] = errno;
 				fprintf(stderr, "distrun: rank %d: writing "
-					"--output-dir file: %s\n", r,
+					"its %s file: %s\n", r,
+					s ? "stderr" : "stdout",
 					strerror(errno));
 				close(rk->file_fd[s]);
 				rk->file_fd[s] = -1;
@@ -796,6 +801,29 @@ void mux_drain(struct job *job, double seconds)
 			poll(&p, 1, 100);
 			dest_flush(job, &mux.dest[s]);
 		}
+}
+
+int mux_close_files(struct job *job)
+{
+	int bad = 0;
+
+	for (int r = 0; job->ranks && r < job->o->nranks; r++)
+		for (int s = 0; s < 2; s++) {
+			struct rank *rk = &job->ranks[r];
+
+			if (rk->file_fd[s] >= 0 && close(rk->file_fd[s]) &&
+			    !rk->file_errno[s])
+				rk->file_errno[s] = errno;
+			rk->file_fd[s] = -1;
+			if (!rk->file_errno[s])
+				continue;
+			bad++;
+			fprintf(stderr, "distrun: rank %d's %s file is "
+				"incomplete: %s\n", job->rank_offset + r,
+				s ? "stderr" : "stdout",
+				strerror(rk->file_errno[s]));
+		}
+	return bad;
 }
 
 void mux_release(struct job *job)

@@ -132,6 +132,8 @@ static const char *rank_note(const struct job *job, int r)
 		return WEXITSTATUS(job->ranks[r].status) ? "failed too" : "";
 	if (job->ranks[r].stopped)
 		return job->timed_out ? "timed out" : "stopped";
+	if (job->ranks[r].file_errno[0] || job->ranks[r].file_errno[1])
+		return "output file incomplete";
 	return "";
 }
 
@@ -193,6 +195,9 @@ static const char *job_reason(const struct job *job)
 		return "signal";
 	if (job->exit_status == EXIT_NOEXEC || job->exit_status == EXIT_NOTFOUND)
 		return "cannot run";
+	for (int r = 0; job->exit_status && r < job->o->nranks; r++)
+		if (job->ranks[r].file_errno[0] || job->ranks[r].file_errno[1])
+			return "output files incomplete";
 	return job->exit_status ? "error" : "ok";
 }
 
@@ -270,6 +275,12 @@ char *report_text(struct job *job)
 				    json_integer(rk->ru.ru_maxrss));
 		if (wants_tail(job, rk))
 			json_object_set_new(j, "stderr_tail", stderr_tail(rk));
+		for (int s = 0; s < 2; s++)
+			if (rk->file_errno[s])
+				json_object_set_new(j, s ? "stderr_file_error" :
+						    "stdout_file_error",
+						    json_string(strerror(
+							rk->file_errno[s])));
 		json_array_append_new(ranks, j);
 	}
 	json_object_set(root, "ranks", ranks);

@@ -188,3 +188,19 @@ load common
 	[ "$status" -eq 143 ]
 	grep -q '^distrun: got SIGTERM, stopping the job' "$d/err"
 }
+
+@test "a full disk under --output-dir fails the job, names the incomplete files, and the report says why" {
+	[ "$(id -u)" -eq 0 ] || skip "mounting a small tmpfs needs root"
+	d=$BATS_TEST_TMPDIR/small
+	mkdir -p "$d"
+	mount -t tmpfs -o size=64k tmpfs "$d" || skip "cannot mount a tmpfs here"
+	run "$DISTRUN" --report "$BATS_TEST_TMPDIR/r.json" --output-dir "$d" -n 2 \
+		"$TESTDATA/spew" 1000000
+	umount "$d"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"rank 0's stdout file is incomplete: No space left on device"* ]]
+	[[ "$output" == *"output file incomplete"* ]]
+	[ "$(jq -r .exit_status "$BATS_TEST_TMPDIR/r.json")" = 1 ]
+	[ "$(jq -r .reason "$BATS_TEST_TMPDIR/r.json")" = "output files incomplete" ]
+	[ "$(jq -r '.ranks[1].stdout_file_error' "$BATS_TEST_TMPDIR/r.json")" = "No space left on device" ]
+}
