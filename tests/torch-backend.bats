@@ -25,6 +25,10 @@ job() {
 		{ echo "distrun -n $n $* failed ($?):"; cat "$out"; return 1; }
 }
 
+free_port() {
+	"$TORCH_PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
 # Lines the ranks printed (the [rank] labels kept), sorted.
 rank_out() {
 	grep '^\[[0-9]*\] ' "$1" | sort
@@ -98,7 +102,8 @@ rank_out() {
 	export PYTHONPATH=$B/share/distrun/python
 	for prog in "collectives.py distrun" "ddp.py distrun 3" "ddp.py gloo 3"; do
 		set -- $prog
-		timeout 600 torchrun --nproc_per_node 2 --redirects 1 --tee 1 \
+		timeout 600 torchrun --nproc_per_node 2 --master_port "$(free_port)" \
+			--redirects 1 --tee 1 \
 			--log_dir "$BATS_TEST_TMPDIR/logs-$1-$2" "$T/$1" "${@:2}" \
 			>"torchrun-$1-$2" 2>&1 || { cat "torchrun-$1-$2"; false; }
 	done
