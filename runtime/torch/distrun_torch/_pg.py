@@ -32,23 +32,38 @@ from . import _work as W
 
 lib = L.lib
 _C10D = c10d.__file__
-_OPS = {v: int(v) for v in dist.ReduceOp.RedOpType.__members__.values()}
 _HAS_ASYNC = {}
 
 
-def _blocking(depth):
-    """True if the caller `depth` frames up is one of torch.distributed's
-    functions called with async_op=False (it waits on the Work at once)."""
+def _blocking_locals(depth):
+    """The caller's locals if the caller `depth` frames up is one of
+    torch.distributed's functions called with async_op=False (it waits on
+    the Work at once), else None."""
     try:
         f = sys._getframe(depth)
     except ValueError:  # called from C++ with no Python caller
-        return False
+        return None
     code = f.f_code
     has = _HAS_ASYNC.get(code)
     if has is None:
         has = _HAS_ASYNC[code] = (code.co_filename == _C10D and
                                   "async_op" in code.co_varnames)
-    return has and not f.f_locals.get("async_op")
+    if not has:
+        return None
+    loc = f.f_locals
+    return None if loc.get("async_op") else loc
+
+
+def _blocking(depth):
+    return _blocking_locals(depth + 1) is not None
+
+
+# torch's ReduceOp.SUM ... are single objects: the op a blocking caller
+# passed is found by identity, cheaper than reading opts.reduceOp (which
+# copies it into a new object, then its enum into another).
+_OP_IDS = {id(getattr(dist.ReduceOp, k)): v for k, v in (
+    ("SUM", 0), ("AVG", 1), ("PRODUCT", 2), ("MIN", 3), ("MAX", 4),
+    ("BAND", 5), ("BOR", 6), ("BXOR", 7))}
 
 
 def _caller_is(depth, names):
@@ -59,8 +74,12 @@ def _caller_is(depth, names):
     return f.f_code.co_filename == _C10D and f.f_code.co_name in names
 
 
-def _op(opts):
-    return _OPS[opts.reduceOp.op] if opts is not None else L.SUM
+def _op(opts, loc=None):
+    if loc is not None:
+        op = _OP_IDS.get(id(loc.get("op")))
+        if op is not None:
+            return op
+    return opts.reduceOp.op.value if opts is not None else L.SUM
 
 
 def _ms(timeout):
@@ -156,13 +175,20 @@ class ProcessGroupDistrun(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         what = "all_reduce"
+        loc = _blocking_locals(2)
         t = self._one(tensors, what)
-        dt, op = T.reduce_args(t, _op(opts), what)
+        dt, op = T.reduce_args(t, _op(opts, loc), what)
         b = T.Buf(t, what)
         n = t.numel()
+        if loc is not None:  # the common case, without a closure
+            rc = lib.dr_all_reduce(b.ptr, n, dt, op, self._g, None)
+            if rc:
+                raise L.error(rc, what)
+            b.store()
+            return W.DONE
         return self._go(what, lambda w: lib.dr_all_reduce(
             b.ptr, n, dt, op, self._g, w),
-            b.store if b.tmp is not None else None, tensors, b)
+            b.store if b.tmp is not None else None, tensors, b, False)
 
     def allreduce_coalesced(self, tensors, opts=None):
         what = "all_reduce_coalesced"

@@ -32,14 +32,14 @@ def check(t, what):
     """Raises unless t is a dense tensor in host memory."""
     if not isinstance(t, torch.Tensor):
         raise fail(what, "expected a torch.Tensor, got %s" % type(t).__name__)
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         if t.is_cuda:
             raise fail(what, "tensor on %s: the distrun backend takes CPU "
                        "tensors (CUDA tensors: use backend 'nccl', or "
                        "'cpu:distrun,cuda:nccl' on torch 2.x)" % t.device)
         raise fail(what, "tensor on device '%s': the distrun backend takes "
                    "CPU tensors" % t.device)
-    if t.layout != torch.strided:
+    if t.layout is not torch.strided:
         raise fail(what, "%s tensor: the distrun backend takes dense "
                    "(strided) tensors" % str(t.layout).replace("torch.", ""))
 
