@@ -54,6 +54,10 @@ CASES = [
 ]
 
 
+WARMUP = {"barrier": 300, "all_reduce_4B": 300, "all_reduce_64KiB": 50,
+          "all_reduce_64MiB": 2, "ddp_step": 5}
+
+
 def agreed(n):
     t = torch.tensor([n], dtype=torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -66,11 +70,12 @@ for name, make in CASES:
     f = make()
     f()
     dist.barrier()
+    # warm-up: the same number of calls on every rank (a count from each
+    # rank's own clock would make the ranks' calls differ)
+    k = WARMUP[name]
     t0 = time.perf_counter()
-    k = 0
-    while time.perf_counter() - t0 < budget / 10 or k < 2:
+    for _ in range(k):
         f()
-        k += 1
     per = (time.perf_counter() - t0) / k
     iters = agreed(max(1, int(budget / samples / max(per, 1e-9))))
     times = []
