@@ -31,7 +31,7 @@ def ddp_step():
         torch.nn.ReLU(), torch.nn.Linear(512, 10))
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x, y = torch.randn(32, 256), torch.randint(0, 10, (32,))
+    x, y = torch.randn(8, 256), torch.randint(0, 10, (8,))
 
     def step():
         opt.zero_grad()

@@ -41,8 +41,13 @@ def _blocking_locals(depth):
     the Work at once), else None."""
     try:
         f = sys._getframe(depth)
-    except ValueError:  # called from C++ with no Python caller
-        return None
+    except ValueError:
+        # Called from C++ on a thread without Python (DDP's reducer in
+        # the backward pass): run it there, blocking.  Handing it to a
+        # progress thread and a future to another thread doubled a small
+        # DDP step on a busy 2-core host; the reducer only gets the
+        # future and waits for it anyway.
+        return _FROM_CPP
     code = f.f_code
     has = _HAS_ASYNC.get(code)
     if has is None:
@@ -52,6 +57,9 @@ def _blocking_locals(depth):
         return None
     loc = f.f_locals
     return None if loc.get("async_op") else loc
+
+
+_FROM_CPP = {}
 
 
 def _blocking(depth):
@@ -135,20 +143,33 @@ class ProcessGroupDistrun(dist.ProcessGroup):
         """Runs call(work_ptr) blocking (work_ptr None) when torch waits
         at once, else in the background; returns the Work."""
         if blocking is None:
-            blocking = _blocking(3)
+            loc = _blocking_locals(3)
+            blocking = loc is not None
+        else:
+            loc = None
         if blocking:
             rc = call(None)
             if rc:
                 raise L.error(rc, what)
             if after is not None:
                 after()
-            return W.DONE
+            return self._done(loc, result)
         h = ctypes.c_void_p()
         rc = call(ctypes.byref(h))
         if rc:
             raise L.error(rc, what)
         self._owner.sweep()
         return W.Async(self._owner, h, what, keep, after, result)
+
+    def _done(self, loc, result):
+        """The finished Work of a blocking call: for torch's Python
+        functions, which wait on it at once, one shared object; for a C++
+        caller, one that holds the result (DDP reads it from the future)
+        and stays referenced until it is waited on or asked for its
+        future (the lifetime trap: _work.py)."""
+        if loc is not _FROM_CPP:
+            return W.DONE
+        return W.Done(result, owner=self._owner)
 
     def close(self, why):
         """Called once torch no longer knows this group."""
@@ -185,7 +206,7 @@ class ProcessGroupDistrun(dist.ProcessGroup):
             if rc:
                 raise L.error(rc, what)
             b.store()
-            return W.DONE
+            return self._done(loc, tensors)
         return self._go(what, lambda w: lib.dr_all_reduce(
             b.ptr, n, dt, op, self._g, w),
             b.store if b.tmp is not None else None, tensors, b, False)

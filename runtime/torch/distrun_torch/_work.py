@@ -38,12 +38,21 @@ def _future(value=None, exc=None):
 class Done(dist.Work):
     """A call that has completed; result() holds its output tensors."""
 
-    def __init__(self, result=None, source=-1):
+    def __init__(self, result=None, source=-1, owner=None):
         super().__init__()
         self._result = result
         self._source = source
+        self._owner = owner
+        if owner is not None:
+            owner.keep(self)
+
+    def _release(self):
+        if self._owner is not None:
+            self._owner.inflight.discard(self)
+            self._owner = None
 
     def wait(self, timeout=None):
+        self._release()
         return True
 
     def is_completed(self):
@@ -62,6 +71,7 @@ class Done(dist.Work):
         pass
 
     def get_future(self):
+        self._release()
         return _future(list(self._result or []))
 
     def source_rank(self):
@@ -187,6 +197,7 @@ class Owner:
 
     def __init__(self, name):
         self.inflight = set()
+        self._kept = deque()
         self._name = name
         self._q = deque()
         self._cv = threading.Condition()
@@ -221,6 +232,16 @@ class Owner:
                 w.wait()
             except Exception:
                 pass  # the future carries it
+
+    def keep(self, w):
+        """Keeps a finished Work a C++ caller got until it uses it; a
+        caller that never does cannot make the set grow without bound."""
+        self.inflight.add(w)
+        self._kept.append(w)
+        while self._kept and self._kept[0]._owner is None:
+            self._kept.popleft()  # used: released already
+        while len(self._kept) > 256:
+            self.inflight.discard(self._kept.popleft())
 
     def sweep(self):
         """Collects calls that completed without anyone waiting (an
