@@ -113,3 +113,27 @@ rank_out() {
 	diff <(rank_out gloo) <(tr_out torchrun-collectives.py-distrun | grep -v 'selfcheck ok')
 	diff <(tr_out torchrun-ddp.py-gloo) <(tr_out torchrun-ddp.py-distrun)
 }
+
+@test "--trace names torch's calls on the distrun backend (call, seq, dtype, count)" {
+	cat >prog.py <<-'PY'
+	import torch, torch.distributed as dist, distrun_torch
+	dist.init_process_group("distrun")
+	t = torch.ones(5, dtype=torch.float64)
+	dist.all_reduce(t, op=dist.ReduceOp.MAX)
+	dist.broadcast(torch.zeros(3, dtype=torch.int32), src=1)
+	dist.destroy_process_group()
+	PY
+	run "$DISTRUN" --trace trace.json -n 2 "$TORCH_PYTHON" prog.py
+	[ "$status" -eq 0 ]
+	run "$TORCH_PYTHON" -c '
+import json
+d = json.load(open("trace.json"))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+for e in ev:
+    a = e.get("args") or {}
+    if a.get("call") and a.get("status") == "DR_OK":
+        print(e.get("pid"), a["seq"], a["call"])' 
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"1 all_reduce(float64 x 5, max)"* ]]
+	[[ "$output" == *"2 broadcast(int32 x 3, root 1)"* ]]
+}
