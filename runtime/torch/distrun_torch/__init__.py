@@ -14,7 +14,6 @@ TCPStore of env:// and tcp://, torchrun's agent store, a FileStore of
 file://), so that "distrun" takes what "gloo" takes: env://, tcp://,
 file://, torchrun, distrun -n N, mpirun/srun with MASTER_ADDR.
 """
-import atexit
 import ctypes
 import os
 import secrets
@@ -197,13 +196,4 @@ def _register():
         mod.monitored_barrier = monitored_barrier
 
 
-def _at_exit():
-    try:
-        for pg in _groups:
-            pg._owner.stop()
-    except Exception:
-        pass
-
-
 _register()
-atexit.register(_at_exit)
