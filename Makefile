@@ -149,6 +149,16 @@ $(PYPRELOAD): cmd/preload.py
 	@mkdir -p $(dir $@)
 	$(Q)cp $< $@
 
+# The torch backend (runtime/torch/distrun_torch): beside the helper, so
+# that ranks distrun starts import it with no install step; it finds
+# $(B)/lib/libdistrun.so relative to itself.
+TORCH_PY_SRC := $(wildcard runtime/torch/distrun_torch/*.py)
+TORCH_PY := $(TORCH_PY_SRC:runtime/torch/%=$(B)/share/distrun/python/%)
+all: $(TORCH_PY)
+$(B)/share/distrun/python/distrun_torch/%.py: runtime/torch/distrun_torch/%.py
+	@mkdir -p $(dir $@)
+	$(Q)cp $< $@
+
 $(LIB_A): $(RT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
@@ -285,6 +295,13 @@ SYSTEM_PREFIXES := /usr /usr/local
 IS_SYSTEM_PREFIX = $(filter $(patsubst %/,%,$(PREFIX)),$(SYSTEM_PREFIXES))
 comma := ,
 PC_RPATH = $(if $(IS_SYSTEM_PREFIX),,-Wl$(comma)-rpath$(comma)$${libdir} )
+# distrun_torch also goes where Debian's /usr/bin/python3 looks (so that
+# it imports under torchrun, mpirun and srun): /usr/lib/python3/dist-packages
+# for PREFIX=/usr, else PREFIX/lib/python3.X/dist-packages (on sys.path
+# for /usr/local; other prefixes: PYTHONPATH, or PYSITE=DIR).
+PYTHON ?= /usr/bin/python3
+PYVER = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
+PYSITE ?= $(if $(filter /usr,$(patsubst %/,%,$(PREFIX))),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
 install: $(DISTRUN) $(LIB_A) $(LIB_SO) $(LINEBUF_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
 		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -303,6 +320,11 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO) $(LINEBUF_SO)
 	install -m 755 $(LINEBUF_SO) $(DESTDIR)$(PREFIX)/lib/distrun/libdistrun-linebuf.so
 	install -m 644 cmd/sitecustomize.py $(DESTDIR)$(PREFIX)/share/distrun/python/sitecustomize.py
 	install -m 644 cmd/preload.py $(DESTDIR)$(PREFIX)/share/distrun/python/preload.py
+	install -d $(DESTDIR)$(PREFIX)/share/distrun/python/distrun_torch \
+		$(DESTDIR)$(PYSITE)/distrun_torch $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 644 $(TORCH_PY_SRC) $(DESTDIR)$(PREFIX)/share/distrun/python/distrun_torch/
+	install -m 644 $(TORCH_PY_SRC) $(DESTDIR)$(PYSITE)/distrun_torch/
+	install -m 644 man/distrun_torch.7 $(DESTDIR)$(PREFIX)/share/man/man7/distrun_torch.7
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	install -m 644 scripts/distrun.bash-completion \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/distrun

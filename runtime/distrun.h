@@ -154,7 +154,10 @@ typedef struct dr_work dr_work;   /* opaque handle of an asynchronous call */
 
 typedef struct {
 	const char *backend;     /* "tcp" (also accepted: "gloo"); NULL = "tcp" */
-	const char *init_method; /* "env://" or "tcp://host:port"; NULL = env:// */
+	const char *init_method; /* "env://", "tcp://host:port", "file:///path"
+				  * or "tcpstore://host:port/prefix" (a
+				  * client of a torch TCPStore that serves
+				  * there); NULL = env:// */
 	int rank;                /* -1: from RANK */
 	int world_size;          /* -1: from WORLD_SIZE */
 	int64_t timeout_ms;      /* <= 0: DISTRUN_TIMEOUT, else 30 minutes */
@@ -214,6 +217,20 @@ DR_API dr_err dr_destroy_process_group(void);
  * a collective fails with DR_ENOTMEMBER.  The caller owns *group and
  * releases it with dr_group_destroy(). */
 DR_API dr_err dr_new_group(const int *ranks, int n, dr_group **group);
+
+/* As dr_new_group, but only the members call it, each with the same id:
+ * for callers that see a group on its members only (torch's backends,
+ * whose new_group never reaches the ranks outside).  id is the caller's
+ * numbering of its groups (below DR_SUBGROUP_ID_MAX; two groups alive at
+ * once must not share one) and is kept apart from dr_new_group's.  The
+ * member lists are not compared across ranks: a member given another list
+ * than its peers waits for messages that never come, until the timeout.
+ * DR_ENOTMEMBER if this rank is not in ranks, DR_EINVAL for bad ranks or
+ * id.  Not collective: nothing is sent.  The caller owns *group and
+ * releases it with dr_group_destroy(). */
+#define DR_SUBGROUP_ID_MAX 0x80000000u
+DR_API dr_err dr_new_subgroup(const int *ranks, int n, uint32_t id,
+			      dr_group **group);
 
 /* This rank's index in the group, -1 if not a member (or before init, or
  * once the process group is destroyed).  NULL = world. */

@@ -218,9 +218,11 @@ static void job_identity(const struct launcher *l, char *buf, size_t size)
 /* ---------------------------------------------------------- the plan */
 
 /* Parses "tcp://host:port" (host may be "[v6]"). */
-static dr_err parse_tcp_url(const char *url, char *host, size_t hsize, int *port)
+/* url is SCHEME://HOST:PORT[/...]; skip is the length of "SCHEME://". */
+static dr_err parse_tcp_url(const char *url, size_t skip, char *host,
+			    size_t hsize, int *port)
 {
-	const char *p = url + 6, *colon;
+	const char *p = url + skip, *colon;
 	char *end;
 	long v;
 	size_t hl;
@@ -250,8 +252,8 @@ static dr_err parse_tcp_url(const char *url, char *host, size_t hsize, int *port
 	*port = (int)v;
 	return DR_OK;
 bad:
-	return dri_fail(DR_EINVAL, "init_method '%s': expected tcp://HOST:PORT "
-			"with a port in 1..65535", url);
+	return dri_fail(DR_EINVAL, "init_method '%s': expected %.*sHOST:PORT "
+			"with a port in 1..65535", url, (int)skip, url);
 }
 
 /* 64-bit FNV-1a: names the published file after the job identity.  Not a
@@ -328,13 +330,32 @@ dr_err dri_rdzv_plan_make(const char *method, int rank, int size,
 		snprintf(p->path, sizeof(p->path), "%s", method + 7);
 	} else if (!strncmp(method, "tcp://", 6)) {
 		p->mode = DRI_RDZV_SERVE;
-		err = parse_tcp_url(method, p->host, sizeof(p->host), &p->port);
+		err = parse_tcp_url(method, 6, p->host, sizeof(p->host), &p->port);
 		if (err)
 			return err;
+	} else if (!strncmp(method, "tcpstore://", 11)) {
+		/* A TCPStore of torch's that a process of the job already
+		 * serves (the distrun_torch backend passes the one torch's
+		 * init_process_group made): a client of it, keys under the
+		 * prefix after the port. */
+		const char *slash = strchr(method + 11, '/');
+
+		p->mode = DRI_RDZV_TORCH;
+		err = parse_tcp_url(method, 11, p->host, sizeof(p->host),
+				    &p->port);
+		if (err)
+			return err;
+		if (!slash || !slash[1] || strlen(slash + 1) >= sizeof(p->prefix))
+			return dri_fail(DR_EINVAL, "init_method '%s': expected "
+					"tcpstore://HOST:PORT/PREFIX with a "
+					"prefix of 1 to %zu bytes", method,
+					sizeof(p->prefix) - 1);
+		snprintf(p->prefix, sizeof(p->prefix), "%s", slash + 1);
 	} else if (strcmp(method, "env://")) {
 		return dri_fail(DR_EINVAL, "dr_init_process_group: init_method "
 				"'%s' is not supported (use \"env://\", "
-				"\"tcp://HOST:PORT\" or \"file:///PATH\")",
+				"\"tcp://HOST:PORT\", \"file:///PATH\" or "
+				"\"tcpstore://HOST:PORT/PREFIX\")",
 				method);
 	}
 

@@ -170,6 +170,46 @@ out:
 	return err;
 }
 
+dr_err dr_new_subgroup(const int *ranks, int n, uint32_t id,
+		       dr_group **group)
+{
+	dr_group *world;
+	int *sorted = NULL;
+	dr_err err;
+
+	if (!group)
+		return dri_fail(DR_EINVAL, "new_subgroup: group is NULL");
+	*group = NULL;
+	err = dri_coll_group("new_subgroup", NULL, &world);
+	if (err)
+		return err;
+	if (id >= DR_SUBGROUP_ID_MAX)
+		return dri_fail(DR_EINVAL, "new_subgroup: id %u is not below "
+				"%u", (unsigned)id, (unsigned)DR_SUBGROUP_ID_MAX);
+	err = check_ranks(ranks, n, world->size);
+	if (err)
+		return err;
+	sorted = malloc((size_t)n * sizeof(*sorted));
+	if (!sorted)
+		return dri_fail(DR_ENOMEM, "new_subgroup: out of memory");
+	memcpy(sorted, ranks, (size_t)n * sizeof(*sorted));
+	qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
+	if (!bsearch(&world->rank, sorted, (size_t)n, sizeof(*sorted),
+		     cmp_int)) {
+		err = dri_fail(DR_ENOTMEMBER, "new_subgroup: rank %d is not "
+			       "one of the %d ranks given (only members call "
+			       "it)", world->rank, n);
+		goto out;
+	}
+	/* The top bit keeps these ids apart from dr_new_group's counter. */
+	*group = dri_group_create(0x80000000u | id, sorted, n);
+	if (!*group)
+		err = dri_fail(DR_ENOMEM, "new_subgroup: out of memory");
+out:
+	free(sorted);
+	return err;
+}
+
 int dr_group_rank(const dr_group *group)
 {
 	if (!group)

@@ -93,3 +93,39 @@ install_tree() {
 		[ "$output" = 'Libs: -L${libdir} -ldistrun' ]
 	done
 }
+
+@test "make install puts distrun_torch beside the helper and where python3 looks; each copy finds the installed library" {
+	require_torch
+	[ -z "$SAN" ] || skip "libdistrun of a sanitizer build does not load into python3"
+	install_tree
+	pyver=$("$TORCH_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+	[ -f "$PREFIX/share/distrun/python/distrun_torch/__init__.py" ]
+	[ -f "$PREFIX/lib/python$pyver/dist-packages/distrun_torch/_pg.py" ]
+	[ -f "$PREFIX/share/man/man7/distrun_torch.7" ]
+	# ranks of the installed distrun import it with no PYTHONPATH of theirs
+	run env -u PYTHONPATH "$PREFIX/bin/distrun" -n 2 "$TORCH_PYTHON" -c '
+import torch, torch.distributed as dist, distrun_torch
+dist.init_process_group("distrun")
+t = torch.ones(1); dist.all_reduce(t)
+print(distrun_torch.library_path, t.item())
+dist.destroy_process_group()'
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"[1] $PREFIX/lib/libdistrun.so.0 2.0"* ]]
+	# the dist-packages copy (what torchrun's ranks import) finds it too
+	run env PYTHONPATH="$PREFIX/lib/python$pyver/dist-packages" "$TORCH_PYTHON" -c \
+		'import distrun_torch; print(distrun_torch.library_path, distrun_torch.__file__)'
+	[ "$status" -eq 0 ]
+	[ "$output" = "$PREFIX/lib/libdistrun.so.0 $PREFIX/lib/python$pyver/dist-packages/distrun_torch/__init__.py" ]
+}
+
+@test "for PREFIX=/usr/local distrun_torch lands on Debian python3's own path" {
+	require_torch
+	d=$(mktemp -d)
+	env -u MAKEFLAGS -u MAKELEVEL make -s -C "$SRCDIR" install DESTDIR="$d" PREFIX=/usr/local \
+		B="$B" ${SAN:+ASAN=1} >/dev/null
+	site=$("$TORCH_PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+	[ -f "$d$site/distrun_torch/__init__.py" ]
+	run "$TORCH_PYTHON" -c "import sys; print('$site' in sys.path)"
+	rm -rf "$d"
+	[ "$output" = True ]
+}
