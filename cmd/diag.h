@@ -1,8 +1,9 @@
 /*
- * diag.h - what diag.c and trace.c share: the flight records and output
- * lines harvested during the job, and a small string builder that writes
- * JSON text (report.c alone includes <jansson.h>; these two write their
- * JSON as text and report.c parses the diagnosis into its object).
+ * diag.h - what the diagnosis (cmd/diag*.c; diag_int.h is its inside)
+ * and trace.c share: the flight records and output lines harvested during
+ * the job, and a small string builder (diag_base.c) that writes JSON
+ * text (report.c alone includes <jansson.h>; these two write their JSON as
+ * text and report.c parses the diagnosis into its object).
  */
 #ifndef DISTRUN_DIAG_H
 #define DISTRUN_DIAG_H

@@ -1,0 +1,56 @@
+/*
+ * diag_int.h - what the diagnosis's own files (cmd/diag*.c) share, and no
+ * other part of the launcher: diag.h and launcher.h are its public face.
+ * The rooms, calls going one way: diag.c (the job's hooks, stalls, the
+ * summary) -> diag_report.c (the report) -> diag_stacks.c (/proc and
+ * stacks) -> diag_base.c (the string builder, control-block readers).
+ */
+#ifndef DISTRUN_DIAG_INT_H
+#define DISTRUN_DIAG_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "diag.h"
+
+/* diag_base.c: the same call (op, count, dtype, reduce op, root)? */
+bool diag_same_call(const dri_ctl_call *a, const dri_ctl_call *b);
+/* "world" or "group 3" into buf. */
+void diag_group_name(uint32_t g, char *buf, size_t n);
+
+/* diag_stacks.c: a process seen through /proc. */
+struct pinfo {
+	char state;          /* R, S, D, T, Z, or '?' */
+	char wchan[64];
+	double cpu;          /* user + system seconds */
+	int exit_code;       /* a zombie's wait status */
+};
+
+void diag_proc_read(pid_t pid, struct pinfo *pi);
+
+/* diag_stacks.c: one rank's stack, or why there is none. */
+struct stack {
+	const char *method;  /* "gdb", "python", NULL: none */
+	char err[200];       /* why there is none */
+	struct sb raw;       /* what the tool printed */
+	char *summary;       /* one line, for grouping */
+	char **frames;       /* the selected thread's frames, as printed */
+	int nframes;
+	/* collection */
+	pid_t gdb;
+	int fd;              /* gdb's output, or the Python memfd */
+	off_t py_from;       /* memfd size before our signal */
+	off_t py_last;
+	int py_still;        /* polls with no growth */
+	double deadline;
+	bool done;
+};
+
+/* The stacks of processes pids[0..nranks) into sts, within the bounds
+ * (pids[r] <= 0: not running). */
+void diag_stacks_collect(struct job *job, struct stack *sts,
+			 const pid_t *pids);
+void diag_stack_release(struct stack *st);
+
+#endif
