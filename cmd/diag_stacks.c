@@ -313,8 +313,10 @@ static void source_line(const char *path, long n, char *buf, size_t sz)
 
 static bool py_system_file(const char *path)
 {
+	/* distrun's own Python (the torch backend, the warm interpreter)
+	 * lives in share/distrun/python/, on no such path. */
 	return strstr(path, "/lib/python") || strstr(path, "-packages/") ||
-	       path[0] == '<';
+	       strstr(path, "/distrun/python/") || path[0] == '<';
 }
 
 /* faulthandler's dump: the "Current thread" block (the main thread,

@@ -140,3 +140,21 @@ for e in ev:
 	[[ "$output" == *"1 all_reduce(float64 x 5, max)"* ]]
 	[[ "$output" == *"2 broadcast(int32 x 3, root 1)"* ]]
 }
+
+@test "a hang on the distrun backend: the stall report names the call, its seq, the odd rank and the user's lines" {
+	cat >hang.py <<-'PY'
+	import time, torch, torch.distributed as dist, distrun_torch
+	dist.init_process_group("distrun")
+	dist.all_reduce(torch.ones(4))
+	if dist.get_rank() == 1:
+	    time.sleep(600)
+	dist.barrier()
+	PY
+	run timeout 300 "$DISTRUN" --stall-timeout 4s -n 3 "$TORCH_PYTHON" hang.py
+	echo "$output"
+	[ "$status" -eq 124 ]
+	[[ "$output" == *"world seq 2 barrier: ranks 0,2 waiting"* ]]
+	[[ "$output" == *"rank 1 never entered world seq 2 barrier"* ]]
+	[[ "$output" == *"ranks 0,2: dist.barrier() hang.py:6"* ]]
+	[[ "$output" == *"rank 1: time.sleep(600) hang.py:5"* ]]
+}
