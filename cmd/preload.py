@@ -379,7 +379,7 @@ def _place_fds(fds, targets):
 def _pystacks():
     """A memfd of the rank's own for distrun's stack report
     (sitecustomize.py): the server's would be shared by every rank."""
-    sc = sys.modules.get("sitecustomize")
+    sc = sys.modules.get("_distrun_sitecustomize")
     if os.environ.get("DISTRUN_PYSTACKS") != "1" or not sc or \
             not hasattr(sc, "_distrun_register"):
         return

@@ -35,6 +35,10 @@ def _distrun_chain():
     spec.loader.exec_module(mod)
 
 
+# Under a name of its own too: _distrun_chain puts the hidden sitecustomize
+# in sys.modules["sitecustomize"], and --preload's forked ranks call
+# _distrun_register again for a memfd of their own (preload.py).
+sys.modules["_distrun_sitecustomize"] = sys.modules[__name__]
 if os.environ.get("DISTRUN_PYSTACKS") == "1":
     _distrun_register()
 _distrun_chain()
