@@ -4,10 +4,16 @@
  *
  *   testlist.c  the test-list grammar (man/distrun.1, TEST LISTS): parses
  *               every file before anything runs, errors as FILE:LINE
- *   testrun.c   runs each (test, world size) as a child distrun
+ *   testcmd.c   the entry points below: `distrun test`'s command line,
+ *               the sweeps, the summary table and the result files
+ *   testrun.c   the runner: schedules the cases (-j, cores), retries,
+ *               forwards signals (one poll() loop)
+ *   testcase.c  runs each (test, world size) as a child distrun
  *               (/proc/self/exe) with its own port, timeout, --report and
- *               --output-dir, schedules them (-j, cores), retries, and makes
- *               the verdicts from the child's report and output files
+ *               --output-dir
+ *   testverdict.c  makes the verdicts from the child's report and output
+ *               files
+ *   (testrun.h is what these four share)
  *   junit.c     writes the JUnit XML and TAP 13 files from the verdicts
  *
  * Running every case as a child distrun keeps this part apart from the
@@ -122,7 +128,7 @@ long ci_utf8_next(const unsigned char **p, const unsigned char *end);
 int junit_write(const char *path, struct ci_list *lists, int nlists,
 		struct ci_case *cases, int ncases);
 int tap_write(const char *path, struct ci_case *cases, int ncases);
-/* testrun.c: at most max bytes of path, NUL-terminated (malloc'd), or
+/* outfile.c: at most max bytes of path, NUL-terminated (malloc'd), or
  * NULL if it cannot be read; *len (if not NULL) gets the file's size. */
 char *ci_read_file(const char *path, size_t max, size_t *len);
 /* html.c: --html's page of a sweep (test false; argv the command) or a
