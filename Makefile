@@ -58,7 +58,12 @@ Q = @
 endif
 
 # --- object lists: one place for all of them ---------------------------
-CMD_SRC  := $(wildcard cmd/*.c)
+# The launcher in wings: cmd/ (main, options, launcher.h), job/ (the job on
+# one host), diag/ (diagnosis), ci/ (the CI harness and reports), nodes/
+# (several nodes); job/shim/ is not linked into it (LINEBUF_SO below).
+CMD_DIRS := cmd cmd/job cmd/diag cmd/ci cmd/nodes
+CMD_SRC  := $(wildcard $(addsuffix /*.c,$(CMD_DIRS)))
+CMD_INC  := $(addprefix -I,$(CMD_DIRS))
 RT_SRC   := $(wildcard runtime/*.c)
 EX_SRC   := $(wildcard testdata/examples/*.c)
 PROG_SRC := $(wildcard testdata/progs/*.c)
@@ -83,7 +88,7 @@ CTESTS   := $(CTEST_SRC:tests/c/%.c=$(B)/tests/%)
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(B)/unit/%)
 BENCHES  := $(BENCH_SRC:scripts/%.c=$(B)/bench/%)
 FAKE_CUDA := $(B)/fake/libcuda.so
-# Preloaded into the ranks: their stdout line-buffered (cmd/shim/linebuf.c).
+# Preloaded into the ranks: their stdout line-buffered (cmd/job/shim/linebuf.c).
 LINEBUF_SO := $(B)/lib/distrun/libdistrun-linebuf.so
 CLOCKSHIFT := $(B)/fake/clockshift.so $(B)/fake/faildup2.so
 FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/%.c=%)
@@ -99,6 +104,8 @@ CMD_LIB  := $(filter-out $(B)/obj/cmd/main.o,$(CMD_OBJ))
 all: $(DISTRUN) $(LIB_A) $(LIB_SO) $(EXAMPLES) $(PROGS) $(CTESTS) $(UNITS) \
      $(BENCHES) $(FAKE_CUDA) $(CLOCKSHIFT) $(REPLAYS) $(LINEBUF_SO)
 
+# The launcher's wings include each other's headers.
+$(B)/obj/cmd/%.o: ALL_CFLAGS += $(CMD_INC)
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
@@ -112,7 +119,7 @@ $(B)/pic/%.o: %.c
 # The launcher takes what it shares with the runtime (the job's keys and
 # handshake, errors, the names of calls, dtypes and ops for diag.c) from
 # the archive: the linker pulls only those objects.  libcurl is not
-# linked: cmd/etcd.c loads it (dlopen) for --rdzv-backend etcd alone, so
+# linked: cmd/nodes/etcd.c loads it (dlopen) for --rdzv-backend etcd alone, so
 # that its thirty libraries do not slow every start.
 LIBS_CMD = -ljansson
 $(DISTRUN): $(CMD_OBJ) $(LIB_A)
@@ -123,12 +130,12 @@ $(DISTRUN): $(CMD_OBJ) $(LIB_A)
 # --html's page template (html.c): the CSS and the script, kept as files
 # of their own and made C strings here.
 HTML_TMPL := $(B)/gen/html_tmpl.h
-$(B)/obj/cmd/html.o: $(HTML_TMPL)
-$(B)/obj/cmd/html.o: ALL_CFLAGS += -I$(B)/gen
-$(HTML_TMPL): cmd/html.css cmd/html.js
+$(B)/obj/cmd/ci/html.o: $(HTML_TMPL)
+$(B)/obj/cmd/ci/html.o: ALL_CFLAGS += -I$(B)/gen
+$(HTML_TMPL): cmd/ci/html.css cmd/ci/html.js
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  GEN     $@")
-	$(Q){ echo '/* made by the Makefile from cmd/html.css, cmd/html.js */'; \
+	$(Q){ echo '/* made by the Makefile from cmd/ci/html.css, cmd/ci/html.js */'; \
 	  for f in $^; do \
 	    printf 'static const char html_%s[] =\n' "$${f##*.}"; \
 	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; \
@@ -139,13 +146,13 @@ $(HTML_TMPL): cmd/html.css cmd/html.js
 # (diag.c), found relative to the distrun binary.
 PYHELPER := $(B)/share/distrun/python/sitecustomize.py
 all: $(PYHELPER)
-$(PYHELPER): cmd/sitecustomize.py
+$(PYHELPER): cmd/diag/sitecustomize.py
 	@mkdir -p $(dir $@)
 	$(Q)cp $< $@
 # The warm interpreter of --preload (preload.c), found the same way.
 PYPRELOAD := $(B)/share/distrun/python/preload.py
 all: $(PYPRELOAD)
-$(PYPRELOAD): cmd/preload.py
+$(PYPRELOAD): cmd/job/preload.py
 	@mkdir -p $(dir $@)
 	$(Q)cp $< $@
 
@@ -206,7 +213,7 @@ $(FAKE_CUDA): testdata/fake_libcuda.c
 	$(Q)ln -sf libcuda.so $(dir $@)libcuda.so.1
 # The ranks' line-buffering shim: never sanitized (it is loaded into any
 # program, before an ASan runtime would be).
-$(LINEBUF_SO): cmd/shim/linebuf.c
+$(LINEBUF_SO): cmd/job/shim/linebuf.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -O2 -shared \
@@ -221,12 +228,12 @@ $(B)/fake/%.so: testdata/%.c
 $(B)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(CMD_LIB) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -Icmd $(ALL_LDFLAGS) -o $@ $< tests/fuzz/replay.c \
+	$(Q)$(CC) $(ALL_CFLAGS) $(CMD_INC) $(ALL_LDFLAGS) -o $@ $< tests/fuzz/replay.c \
 		$(CMD_LIB) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
 $(B)/fuzz/%-fuzz: tests/fuzz/%.c $(CMD_LIB) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -Icmd $(ALL_LDFLAGS) -fsanitize=fuzzer -o $@ $< \
+	$(Q)$(CC) $(ALL_CFLAGS) $(CMD_INC) $(ALL_LDFLAGS) -fsanitize=fuzzer -o $@ $< \
 		$(CMD_LIB) $(LIB_A) $(LIBS_CMD) $(LIBS_RT)
 
 # `make fuzz FUZZ_SECONDS=N [FUZZ_TARGETS="wire ranks"]`: each harness for N
@@ -318,8 +325,8 @@ install: $(DISTRUN) $(LIB_A) $(LIB_SO) $(LINEBUF_SO)
 	install -m 644 man/distrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/distrun.1
 	install -d $(DESTDIR)$(PREFIX)/share/distrun/python $(DESTDIR)$(PREFIX)/lib/distrun
 	install -m 755 $(LINEBUF_SO) $(DESTDIR)$(PREFIX)/lib/distrun/libdistrun-linebuf.so
-	install -m 644 cmd/sitecustomize.py $(DESTDIR)$(PREFIX)/share/distrun/python/sitecustomize.py
-	install -m 644 cmd/preload.py $(DESTDIR)$(PREFIX)/share/distrun/python/preload.py
+	install -m 644 cmd/diag/sitecustomize.py $(DESTDIR)$(PREFIX)/share/distrun/python/sitecustomize.py
+	install -m 644 cmd/job/preload.py $(DESTDIR)$(PREFIX)/share/distrun/python/preload.py
 	install -d $(DESTDIR)$(PREFIX)/share/distrun/python/distrun_torch \
 		$(DESTDIR)$(PYSITE)/distrun_torch $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 644 $(TORCH_PY_SRC) $(DESTDIR)$(PREFIX)/share/distrun/python/distrun_torch/

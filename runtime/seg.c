@@ -3,7 +3,7 @@
  * mapping it, and the abort word.
  *
  * Under distrun the segment is a memfd the rank inherited, named by
- * DISTRUN_SEG_FD (cmd/segment.c made it).  Nothing from outside is taken
+ * DISTRUN_SEG_FD (cmd/job/segment.c made it).  Nothing from outside is taken
  * on trust: the fd must be a sealed memfd whose size is the header's
  * and the layout's for its rank count, with our magic and version, made
  * for this job (DISTRUN_JOB_ID) and with a control block for this rank.
@@ -20,7 +20,7 @@
  * as above against the job id of the rendezvous.  Nothing has a name here
  * either.
  *
- * The abort word is raised by the launcher (cmd/segment.c) when it reaps
+ * The abort word is raised by the launcher (cmd/job/segment.c) when it reaps
  * a rank that failed; shm.c reads it in every wait.
  *
  * The mapping stays for the life of the process: control blocks are

@@ -13,11 +13,11 @@ HANG_C=$SRCDIR/tests/c/diag_hang.c
 HANG_PY=$SRCDIR/testdata/diag/hang.py
 
 # require_segment: skips tests that read the ranks' control blocks, which
-# live in the per-job segment (cmd/segment.c, runtime/seg.c) when the tree
+# live in the per-job segment (cmd/job/segment.c, runtime/seg.c) when the tree
 # has none yet.
 require_segment() {
 	[ -f "$SRCDIR/cmd/segment.c" ] && [ -f "$SRCDIR/runtime/seg.c" ] ||
-		skip "needs the per-job segment (cmd/segment.c, runtime/seg.c)"
+		skip "needs the per-job segment (cmd/job/segment.c, runtime/seg.c)"
 }
 
 # line FILE MARK: the line number of "HANG-LINE MARK" in FILE.

@@ -13,7 +13,7 @@ HANG=$CTESTS/diag_hang
 
 setup() {
 	[ -f "$SRCDIR/cmd/segment.c" ] && [ -f "$SRCDIR/runtime/seg.c" ] ||
-		skip "needs the per-job segment (cmd/segment.c, runtime/seg.c)"
+		skip "needs the per-job segment (cmd/job/segment.c, runtime/seg.c)"
 	P=$BATS_TEST_TMPDIR
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # --preload MODULES: Python ranks forked from one warm interpreter
-# (cmd/preload.c, cmd/preload.py).  A rank must not be able to tell how it
+# (cmd/job/preload.c, cmd/job/preload.py).  A rank must not be able to tell how it
 # was started: each test runs the same job both ways and compares.  Most
 # preload json (cheap); the torch tests pay its import once per job.
 

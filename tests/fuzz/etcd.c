@@ -1,8 +1,8 @@
 /*
  * etcd.c - fuzzes what the launcher believes of etcd's answers: the v3
- * JSON gateway's replies as cmd/etcd.c reads them (range, txn, lease
+ * JSON gateway's replies as cmd/nodes/etcd.c reads them (range, txn, lease
  * grant and keep-alive, watch streams; base64 values, 64-bit numbers as
- * strings), and the rendezvous state document that cmd/rdzv.c keeps in
+ * strings), and the rendezvous state document that cmd/nodes/rendezvous.c keeps in
  * etcd and reads back ({"state", "nodes": [{"addr", "port", "nproc",
  * "token"}], "last_call_until", "lease"}).  etcd is outside the job:
  * whatever it says must be refused with a message or read exactly.
@@ -33,8 +33,8 @@
 #include <jansson.h>
 
 #include "etcd.h"
-/* cmd/'s rdzv.h, not the runtime's (-Iruntime comes first) */
-#include "../../cmd/rdzv.h"
+/* cmd/nodes/rendezvous.h, not the runtime's (-Iruntime comes first) */
+#include "../../cmd/nodes/rendezvous.h"
 #include "fuzz.h"
 
 struct script {

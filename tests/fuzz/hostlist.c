@@ -1,6 +1,6 @@
 /*
  * hostlist.c - fuzzes Slurm's host lists and task counts as the launcher
- * expands them (cmd/hostlist.c): SLURM_JOB_NODELIST ("node[01-04,07],a1")
+ * expands them (cmd/nodes/hostlist.c): SLURM_JOB_NODELIST ("node[01-04,07],a1")
  * and SLURM_TASKS_PER_NODE ("2(x3),1"), which come from the environment.
  *
  * Input: a byte whose low 2 bits say what the rest is:

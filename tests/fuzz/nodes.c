@@ -1,6 +1,6 @@
 /*
  * nodes.c - fuzzes the frames the launchers of a multi-node job send each
- * other once the handshake has proved the job's key (cmd/nodes.c): a
+ * other once the handshake has proved the job's key (cmd/nodes/nodes.c): a
  * 4-byte big-endian length and a JSON object, "join" (node to hub),
  * "start" (hub to node), then "fail", "end" (node to hub) and "stop",
  * "bye" (hub to node).  A peer that knows the key is still a program that

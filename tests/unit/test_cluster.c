@@ -3,8 +3,8 @@
  * variables, as srun and the PyTorchJob operator set them.
  */
 #include "runner.h"
-#include "../../cmd/hostlist.c"
-#include "../../cmd/cluster.c"
+#include "../../cmd/nodes/hostlist.c"
+#include "../../cmd/nodes/cluster.c"
 
 static void clear(void)
 {

@@ -4,7 +4,7 @@
  * slurm-wlm 22.05) printed for the same expressions.
  */
 #include "runner.h"
-#include "../../cmd/hostlist.c"
+#include "../../cmd/nodes/hostlist.c"
 
 static int expands_to(const char *expr, const char *want)
 {

@@ -1,5 +1,5 @@
 /*
- * rdzv.c - dynamic rendezvous of the nodes through etcd (v3).
+ * rendezvous.c - dynamic rendezvous of the nodes through etcd (v3).
  *
  * `--rdzv-backend etcd --rdzv-endpoint HOST:2379 --rdzv-id JOB --nnodes
  * MIN:MAX`: every node writes itself into one key, /distrun/rdzv/JOB/state,
@@ -61,7 +61,7 @@
 
 #include "auth.h"
 #include "etcd.h"
-#include "rdzv.h"
+#include "rendezvous.h"
 
 #define RDZV_TTL 15
 

@@ -32,7 +32,7 @@
 
 #include "auth.h"
 #include "nodes.h"
-#include "rdzv.h"
+#include "rendezvous.h"
 
 #define PENDING_MAX 64
 #define FRAME_MS 5000

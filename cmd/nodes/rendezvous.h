@@ -1,5 +1,5 @@
 /*
- * rdzv.h - dynamic rendezvous of a job's nodes through etcd (rdzv.c).
+ * rendezvous.h - dynamic rendezvous of a job's nodes through etcd (rendezvous.c).
  */
 #ifndef DISTRUN_RDZV_H
 #define DISTRUN_RDZV_H

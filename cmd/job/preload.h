@@ -1,6 +1,6 @@
 /*
  * preload.h - --preload MODULES: Python ranks forked from one warm
- * interpreter (preload.c, and the server it talks to, cmd/preload.py).
+ * interpreter (preload.c, and the server it talks to, cmd/job/preload.py).
  *
  * The steps, all from spawn.c and job.c:
  *

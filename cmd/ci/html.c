@@ -4,7 +4,7 @@
  *
  * The page is the --report JSON and the --trace JSON of each run, embedded
  * as they are (so they can be saved for Perfetto from the page), with the
- * CSS and the script that draws them (cmd/html.css, cmd/html.js, turned
+ * CSS and the script that draws them (cmd/ci/html.css, cmd/ci/html.js, turned
  * into C strings at build time: $(B)/gen/html_tmpl.h).  Nothing is loaded
  * from anywhere: a Content-Security-Policy forbids every fetch, so the
  * page works from disk offline and cannot call out even if a rank's

@@ -1,5 +1,5 @@
 /*
- * distrun --html: draws the page from the JSON blocks cmd/html.c embeds
+ * distrun --html: draws the page from the JSON blocks cmd/ci/html.c embeds
  * (the page's sections, each run's --report and --trace JSON).  Whatever
  * came from the ranks goes into the page as text (textContent, or esc()
  * in the SVG markup), never as markup.  Nothing is fetched.

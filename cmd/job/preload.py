@@ -1,4 +1,4 @@
-# distrun's warm interpreter (see distrun(1), --preload; cmd/preload.c).
+# distrun's warm interpreter (see distrun(1), --preload; cmd/job/preload.c).
 #
 # distrun runs this file with the interpreter (and interpreter options) the
 # ranks would have run, in the ranks' environment and working directory:

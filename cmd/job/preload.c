@@ -1,7 +1,7 @@
 /*
  * preload.c - --preload MODULES: Python ranks forked from one warm
  * interpreter that has imported MODULES (preload.h says the steps;
- * cmd/preload.py is the server).
+ * cmd/job/preload.py is the server).
  *
  * A fresh rank of a torch program spends seconds in `import torch`; the
  * warm interpreter pays it once per job (once per sweep or `distrun test`,

@@ -131,7 +131,7 @@ static char *make_secret(void)
 }
 
 /* The ranks' stdout line-buffered (unless --buffered): the shim
- * cmd/shim/linebuf.c, installed beside the binary in
+ * cmd/job/shim/linebuf.c, installed beside the binary in
  * ../lib/distrun/, goes after the user's own LD_PRELOAD; each rank's
  * DISTRUN_LINEBUF names its pipe (spawn_rank).  An ASan-built rank would
  * refuse to start with a library loaded before its runtime:
