@@ -80,8 +80,9 @@ static int pending_step(struct nodes *nd, struct conn *c, double join_dl)
 			return 0;
 		}
 		if (nd->node[node].fd >= 0) {
-			nodes_send_frame(c->fd, json_pack("{s:s,s:s}", "t", "error",
-				   "error", "that node rank has joined already"));
+			nodes_send_frame(c->fd, json_pack("{s:s,s:s}", "t",
+				"error", "error",
+				"that node rank has joined already"));
 			fprintf(stderr, "distrun: a second node %d tried to "
 				"join; refused\n", node);
 			conn_close(c);
@@ -111,7 +112,8 @@ static int pending_step(struct nodes *nd, struct conn *c, double join_dl)
 		if (dri_hs_challenge(&c->hs, nd->key, c->buf, DRI_HS_STORE, 0,
 				     &rank, &size) || size != nd->nnodes ||
 		    rank < 1 || rank >= nd->nnodes ||
-		    nodes_io_full(c->fd, c->hs.chal, DRI_HS_CHAL, c->deadline, true)) {
+		    nodes_io_full(c->fd, c->hs.chal, DRI_HS_CHAL, c->deadline,
+				  true)) {
 			conn_close(c);
 			return 0;
 		}
@@ -198,7 +200,8 @@ static int hub_join(struct nodes *nd, const struct node_plan *p)
 				pend[slot] = (struct conn){
 					.fd = fd, .state = C_HELLO,
 					.serial = serial++,
-					.deadline = nodes_mono() + DRI_HS_MS / 1000.0 };
+					.deadline = nodes_mono() +
+						    DRI_HS_MS / 1000.0 };
 			else if (errno == EMFILE || errno == ENFILE)
 				poll(NULL, 0, 100); /* no spin at the fd limit */
 		}
@@ -291,8 +294,8 @@ static int spoke_handshake(struct nodes *nd, const struct node_plan *p,
 	}
 	if (dri_hs_hello(&hs, DRI_HS_STORE, nd->node_rank, nd->nnodes) ||
 	    nodes_io_full(fd, hs.hello, DRI_HS_HELLO, dl, true) ||
-	    nodes_io_full(fd, chal, DRI_HS_CHAL, nodes_mono() + DRI_HS_MS / 1000.0,
-		    false)) {
+	    nodes_io_full(fd, chal, DRI_HS_CHAL,
+			  nodes_mono() + DRI_HS_MS / 1000.0, false)) {
 		close(fd);
 		if (!memcmp(chal, NODES_BUSY, NODES_BUSY_LEN))
 			return -2;
@@ -516,7 +519,8 @@ static void hub_read(struct nodes *nd, int k, struct node_event *ev)
 	if (!strcmp(t, "fail") && nodes_jstatus(j) >= 0) {
 		int rank = nodes_jint(j, "rank", -1);
 
-		if (record_failure(nd, k, rank, nodes_jstatus(j), nodes_jstr(j, "desc"),
+		if (record_failure(nd, k, rank, nodes_jstatus(j),
+				   nodes_jstr(j, "desc"),
 				   rank >= 0 ? FAIL_RANK : FAIL_OTHER)) {
 			hub_broadcast_stop(nd, k);
 			event_from_failure(nd, ev, NODE_EV_STOP);
@@ -556,7 +560,8 @@ static void hub_read(struct nodes *nd, int k, struct node_event *ev)
 
 static void spoke_read(struct nodes *nd, struct node_event *ev)
 {
-	json_t *j = nodes_recv_frame(nd->hub_fd, nodes_mono() + FRAME_MS / 1000.0);
+	json_t *j = nodes_recv_frame(nd->hub_fd,
+				     nodes_mono() + FRAME_MS / 1000.0);
 	const char *t = j ? nodes_jstr(j, "t") : "";
 
 	int node = j ? nodes_jint(j, "node", -1) : -1;
@@ -636,8 +641,8 @@ int nodes_finish(struct nodes *nd, int status, double timeout)
 	if (!nd->hub) {
 		/* Our end, then the job's status from the hub's bye. */
 		if (nd->hub_fd >= 0)
-			nodes_send_frame(nd->hub_fd, json_pack("{s:s,s:i}", "t", "end",
-							 "status", status));
+			nodes_send_frame(nd->hub_fd, json_pack("{s:s,s:i}",
+					 "t", "end", "status", status));
 		while (nd->hub_fd >= 0 && !nd->got_bye && nodes_mono() < dl) {
 			struct node_event ev;
 			struct pollfd pfd = { nd->hub_fd, POLLIN, 0 };
@@ -674,9 +679,8 @@ int nodes_finish(struct nodes *nd, int status, double timeout)
 	status = nd->failed ? nd->fail_status : 0;
 	for (int k = 1; k < nd->nnodes; k++)
 		if (nd->node[k].fd >= 0)
-			nodes_send_frame(nd->node[k].fd, json_pack("{s:s,s:i}", "t",
-							     "bye", "status",
-							     status));
+			nodes_send_frame(nd->node[k].fd, json_pack(
+				"{s:s,s:i}", "t", "bye", "status", status));
 	return status;
 }
 
