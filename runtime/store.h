@@ -1,8 +1,8 @@
 /*
  * store.h - the rendezvous key-value store of distrun's own protocol
- * (store.c): rank 0 serves it on a thread, every rank talks to it through
- * a client.  torch's TCPStore client and the common interface init uses
- * for either are in rdzv.h.
+ * (store.c, the server): rank 0 serves it on a thread, every rank talks
+ * to it through a client (store_client.c).  torch's TCPStore client and
+ * the common interface init uses for either are in rdzv.h.
  *
  * Layer 2: above the handshake (auth.h), sockets (net.h) and timeouts.
  */
