@@ -12,13 +12,6 @@ HANG=$CTESTS/diag_hang
 HANG_C=$SRCDIR/tests/c/diag_hang.c
 HANG_PY=$SRCDIR/testdata/diag/hang.py
 
-# require_segment: skips tests that read the ranks' control blocks, which
-# live in the per-job segment (cmd/job/segment.c, runtime/seg.c) when the tree
-# has none yet.
-require_segment() {
-	[ -f "$SRCDIR/cmd/segment.c" ] && [ -f "$SRCDIR/runtime/seg.c" ] ||
-		skip "needs the per-job segment (cmd/job/segment.c, runtime/seg.c)"
-}
 
 # line FILE MARK: the line number of "HANG-LINE MARK" in FILE.
 line() {
@@ -69,7 +62,6 @@ nothing_left() {
 }
 
 @test "a rank that skips a barrier is named, with the seq and its stack" {
-	require_segment
 	run "$DISTRUN" -n 4 --stall-timeout 3s --report "$BATS_TEST_TMPDIR/r.json" "$HANG" skip
 	[ "$status" -eq 124 ]
 	grep -q '^distrun: no progress for [0-9.]*s (4 ranks)$' <<<"$output"
@@ -93,7 +85,6 @@ nothing_left() {
 }
 
 @test "a rank stuck in user code, reported at --timeout" {
-	require_segment
 	run "$DISTRUN" -n 4 --timeout 20s --report "$BATS_TEST_TMPDIR/r.json" "$HANG" user
 	[ "$status" -eq 124 ]
 	grep -q '^distrun: timeout after 20s (4 ranks)$' <<<"$output"
@@ -105,7 +96,6 @@ nothing_left() {
 }
 
 @test "two ranks calling different collectives: which ranks called what" {
-	require_segment
 	run "$DISTRUN" -n 4 --report "$BATS_TEST_TMPDIR/r.json" "$HANG" mismatch
 	[ "$status" -eq 1 ]
 	grep -q '^distrun: mismatch: the ranks made different calls as world seq 1$' <<<"$output"
@@ -119,7 +109,6 @@ nothing_left() {
 }
 
 @test "a rank killed inside all_reduce is named, with the call" {
-	require_segment
 	run "$DISTRUN" -n 4 --report "$BATS_TEST_TMPDIR/r.json" "$HANG" kill
 	[ "$status" -ne 0 ]
 	grep -Eq '^distrun: rank 1 was killed by SIGKILL inside world seq 1 all_reduce\(float32 x 4, sum\), [0-9.]+s after it entered it$' <<<"$output"
@@ -131,7 +120,6 @@ nothing_left() {
 }
 
 @test "a point-to-point deadlock: each rank's peer" {
-	require_segment
 	run "$DISTRUN" -n 2 --stall-timeout 3s --report "$BATS_TEST_TMPDIR/r.json" "$HANG" p2p
 	[ "$status" -eq 124 ]
 	grep -q '^  rank 0 in recv from rank 1 (int32 x 1) for' <<<"$output"
@@ -145,7 +133,6 @@ nothing_left() {
 }
 
 @test "SIGTERM to distrun: the report comes before the ranks are stopped" {
-	require_segment
 	start_job -n 4 --report "$BATS_TEST_TMPDIR/r.json" "$HANG" skip
 	ready 4
 	# Every rank past init: the three in the barrier wait for rank 1.
@@ -165,7 +152,6 @@ nothing_left() {
 }
 
 @test "without gdb the report still comes and says why there are no stacks" {
-	require_segment
 	DISTRUN_GDB=/nonexistent run "$DISTRUN" -n 4 --stall-timeout 3s \
 		--report "$BATS_TEST_TMPDIR/r.json" "$HANG" skip
 	[ "$status" -eq 124 ]
@@ -202,7 +188,6 @@ nothing_left() {
 }
 
 @test "--trace: one track per rank, a slice per call, waits and output" {
-	require_segment
 	run "$DISTRUN" -n 4 --trace "$BATS_TEST_TMPDIR/t.json" "$HANG" ok
 	[ "$status" -eq 0 ]
 	t=$BATS_TEST_TMPDIR/t.json
@@ -224,7 +209,6 @@ nothing_left() {
 }
 
 @test "the summary: time in collectives and who arrived late at a barrier" {
-	require_segment
 	run "$DISTRUN" -v -n 4 --report "$BATS_TEST_TMPDIR/r.json" "$EXAMPLES/03_async_barrier"
 	[ "$status" -eq 0 ]
 	grep -Eq '^ +time in collectives \(calls\): rank 0 [0-9.]+s \([0-9]+\), rank 1 ' <<<"$output"
@@ -271,7 +255,6 @@ nothing_left() {
 }
 
 @test "ranks that refuse tracing: the report says so and gives the rest" {
-	require_segment
 	[ "$(id -u)" -eq 0 ] || skip "creating a test user needs root"
 	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
 		skip "useradd or setpriv is missing"

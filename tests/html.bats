@@ -12,8 +12,6 @@ bats_require_minimum_version 1.5.0
 HANG=$CTESTS/diag_hang
 
 setup() {
-	[ -f "$SRCDIR/cmd/segment.c" ] && [ -f "$SRCDIR/runtime/seg.c" ] ||
-		skip "needs the per-job segment (cmd/job/segment.c, runtime/seg.c)"
 	P=$BATS_TEST_TMPDIR
 }
 

@@ -224,7 +224,6 @@ make_tick() {
 # --- verdicts that name the odd rank ---------------------------------------
 
 @test "a hang's verdict line, JUnit message and TAP line name the odd rank, the call and its seq" {
-	[ -f "$SRCDIR/cmd/segment.c" ] || skip "needs the per-job segment"
 	run "$DISTRUN" -n 4 --stall-timeout 2s --junit j.xml --tap t.tap "$CTESTS/diag_hang" skip
 	[ "$status" -eq 124 ]
 	verdict='rank 1 never entered world seq 1 barrier (ranks 0,2-3 waiting)'
