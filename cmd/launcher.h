@@ -10,6 +10,7 @@
  *   port.c     the choice of MASTER_PORT and the socket that reserves it
  *   spawn.c    each rank's environment, PATH lookup, fork + exec with the
  *              exec error sent back over an O_CLOEXEC pipe
+ *   clone_into.c  clone3 into the job's cgroup, vfork-style (spawn.c's)
  *   mux.c      the output multiplexer: whole lines, labels, colours,
  *              per-rank files, timestamps, non-blocking console writes
  *   segment.c  the per-job shared segment the ranks inherit (memfd)
@@ -169,6 +170,8 @@ struct rank {
 	int exec_errno;            /* errno from a failed exec, or 0 */
 	int spawn_step;            /* SPAWN_STEP_*: what exec_errno is of */
 	bool stopped;              /* was running when distrun stopped it */
+	char suspended;            /* then stopped by a signal ('T') or a
+				    * tracer ('t') itself; 0 if not */
 	double t_start, t_end;     /* monotonic seconds */
 	struct rusage ru;
 	char *err_tail;            /* last STDERR_TAIL bytes of stderr, a ring
@@ -198,6 +201,7 @@ struct job {
 	char **env;                /* environment template (spawn.c) */
 	int devnull;               /* the ranks' stdin */
 	int cgroup_fd;             /* the job cgroup's cgroup.procs, or -1 */
+	int cgroup_dirfd;          /* the job cgroup's directory, or -1 */
 	char *cgroup_dir;          /* the job's cgroup (malloc), or NULL */
 	sigset_t orig_mask;        /* restored in the ranks */
 	double t0;                 /* monotonic start */
@@ -296,6 +300,11 @@ int spawn_prepare(struct job *job);
 void spawn_set_restart(struct job *job, int count);
 int spawn_all(struct job *job);
 void spawn_release(struct job *job);
+/* clone_into.c: runs fn(arg) in a child made inside the cgroup whose
+ * directory is cgroup_dirfd, sharing our memory (we wait) until it execs
+ * or fn returns (its exit status).  The pid, or -errno (-ENOSYS where
+ * this build or kernel cannot). */
+pid_t clone_into(int cgroup_dirfd, int (*fn)(void *), void *arg);
 
 /* segment.c: segment_create() before spawn_prepare() (the ranks'
  * environment names the fd); on -1 (after a warning) the job runs
@@ -415,6 +424,9 @@ void diag_report(struct job *job, const char *why);
 void diag_rank_failed(struct job *job, int r);
 /* Lines under the summary table: time in collectives, barrier skew. */
 void diag_summary(struct job *job);
+/* The state letter of process pid in /proc (R, S, D, T, t, Z), '?' if
+ * unknown. */
+char diag_proc_state(pid_t pid);
 /* The keys diag adds to the --report object, as JSON object text
  * (malloc'ed, NULL if none). */
 char *diag_json(struct job *job);

@@ -194,7 +194,8 @@ int main(int argc, char **argv)
 	struct job job = { .o = &o, .sigfd = -1, .port_fd = -1,
 			   .port_lock_fd = -1,
 			   .guard_fd = -1, .devnull = -1, .first_fail = -1,
-			   .cgroup_fd = -1, .seg_fd = -1 };
+			   .cgroup_fd = -1, .cgroup_dirfd = -1,
+			   .seg_fd = -1 };
 	int rc, again = 0;
 
 	if (reserve_std_fds())

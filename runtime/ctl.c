@@ -15,6 +15,8 @@
  * pointer.  The stores are ordered for the launcher's seqlock readers by
  * release fences only: no lock, no system call.
  */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -203,4 +205,86 @@ void dri_ctl_end(dr_err err)
 		__atomic_store_n(&own_block->ring_head[DRI_CTL_WORLD], idx + 1,
 				 __ATOMIC_RELEASE);
 	__atomic_store_n(&own_block->t_user, c->t_end, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------ who is behind */
+
+/* The state letter of process pid (/proc/PID/stat's third field), or 0
+ * if it cannot be read.  Only system calls: a rank may call this while
+ * it holds the transport's lock. */
+static char proc_state(int32_t pid)
+{
+	char path[40], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	/* "pid (comm) S ...": comm may hold spaces and parentheses */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+size_t dri_ctl_behind(uint32_t group_id, uint64_t seq, int self, char *out,
+		      size_t len)
+{
+	const dri_seg_hdr *h = dri_seg_get();
+	int64_t now = now_ns();
+	size_t at = 0;
+	int named = 0, more = 0;
+
+	if (!len)
+		return 0;
+	out[0] = 0;
+	/* Only the world: every rank is a member, so an empty slot is a
+	 * rank that has not called at all. */
+	if (!own_block || !h || group_id != 0)
+		return 0;
+	for (uint32_t l = 0; l < h->nranks; l++) {
+		const dri_ctl *c = dri_seg_ctl((int)l);
+		dri_ctl_slot sl;
+		char st, how[96];
+
+		if (!c || c == own_block ||
+		    __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) != DRI_CTL_MAGIC ||
+		    c->rank == self || c->world_size != own_block->world_size ||
+		    __atomic_load_n(&c->finished, __ATOMIC_ACQUIRE) ||
+		    dri_ctl_read_slot(c, DRI_CTL_WORLD, &sl))
+			continue;
+		if (sl.call.seq >= seq && (sl.ncalls || sl.state == DRI_CTL_IN_CALL))
+			continue; /* in this call, or past it */
+		if (named == 4) {
+			more++;
+			continue;
+		}
+		st = proc_state(c->pid);
+		if (st == 'T' || st == 't')
+			snprintf(how, sizeof(how), "its process is stopped%s",
+				 st == 't' ? " by a debugger" : ": SIGSTOP?");
+		else if (st == 'Z' || st == 'X')
+			snprintf(how, sizeof(how), "its process has exited");
+		else if (sl.state == DRI_CTL_IN_CALL)
+			snprintf(how, sizeof(how), "it is in %s seq %llu",
+				 dri_coll_name((dri_coll)sl.call.coll),
+				 (unsigned long long)sl.call.seq);
+		else
+			snprintf(how, sizeof(how), "in its own code for %.1f s",
+				 (double)(now - c->t_user) / 1e9);
+		at += (size_t)snprintf(out + at, at < len ? len - at : 0,
+				       "%srank %d (%s)", named ? ", " :
+				       "not yet in this call: ", (int)c->rank, how);
+		named++;
+		if (at >= len)
+			break;
+	}
+	if (more && at < len)
+		at += (size_t)snprintf(out + at, len - at, " and %d more", more);
+	return at < len ? at : len - 1;
 }

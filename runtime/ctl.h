@@ -205,5 +205,12 @@ void dri_ctl_end(dr_err err);
 /* The transport waits to send to (or receive from) peer now, inside the
  * call this thread is in (a request completed since the last time). */
 void dri_ctl_wait(int peer, int is_send);
+/* For a timeout's message: the ranks of this host (other than world rank
+ * self) that have not entered call seq of the world group (group_id 0;
+ * others give ""), and what they do instead, as "not yet in this call:
+ * rank 5 (its process is stopped: SIGSTOP?)", into out.  Its length; 0
+ * ("") when none is known to be behind, or without a segment. */
+size_t dri_ctl_behind(uint32_t group_id, uint64_t seq, int self, char *out,
+		      size_t len);
 
 #endif /* DRI_CTL_H */

@@ -35,6 +35,24 @@
 #define SIZE dri_links.size
 #define PEER(i) (&dri_links.peer[i])
 
+/* "; not yet in this call: rank 5 (...)" for a timeout's message: the rank
+ * we wait on may only be the neighbour of the one that holds the call up
+ * (a stopped rank's peers wait on each other in a ring), so say which
+ * ranks of this host have not come (ctl.c); "" if none is known. */
+static void behind(const dri_msg_id *id, char *out, size_t len)
+{
+	size_t n;
+
+	if (id->coll == DRI_P2P || len < 3) {
+		out[0] = 0;
+		return;
+	}
+	memcpy(out, "; ", 3);
+	n = dri_ctl_behind(id->group_id, id->seq, RANK, out + 2, len - 2);
+	if (!n)
+		out[0] = 0;
+}
+
 static int64_t now_us(void)
 {
 	return dri_now_ns() / 1000;
@@ -150,13 +168,14 @@ dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
 		}
 		dri_shm_watch(late); /* its death, as for a receive from it */
 		if (left <= 0) {
-			char what[256];
+			char what[256], why[512];
 
 			dri_msg_id_describe(id, what, sizeof(what));
+			behind(id, why, sizeof(why));
 			dri_loop_abort(DR_ETIMEDOUT, "rank %d: timed out after %lld "
-				     "ms in %s (seq %llu) waiting for rank %d",
+				     "ms in %s (seq %llu) waiting for rank %d%s",
 				     RANK, (long long)timeout_ms, what,
-				     (unsigned long long)id->seq, late);
+				     (unsigned long long)id->seq, late, why);
 			break;
 		}
 		dri_loop_step(left, spin_end && now_us() < spin_end);
@@ -216,7 +235,7 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t deadline,
 			dri_ctl_wait(reqs[shown = i].peer, reqs[i].is_send);
 		int64_t left = deadline - dri_now_ms();
 		if (left <= 0) {
-			char what[256];
+			char what[256], why[512];
 			dri_req *r = &reqs[i];
 			dri_msg_id_describe(&r->id, what, sizeof(what));
 			if (!fatal) {
@@ -231,12 +250,13 @@ static dr_err wait_reqs(dri_req *reqs, int n, int64_t deadline,
 						r->is_send ? "send to" : "receive from",
 						r->peer);
 			}
+			behind(&r->id, why, sizeof(why));
 			dri_loop_abort(DR_ETIMEDOUT, "rank %d: timed out after %lld "
-				     "ms in %s (seq %llu) waiting to %s rank %d",
+				     "ms in %s (seq %llu) waiting to %s rank %d%s",
 				     RANK, (long long)timeout_ms, what,
 				     (unsigned long long)r->id.seq,
 				     r->is_send ? "send to" : "receive from",
-				     r->peer);
+				     r->peer, why);
 			break;
 		}
 		/* Spin while bytes keep moving (a large message streaming

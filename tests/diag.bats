@@ -23,7 +23,7 @@ line() {
 start_job() {
 	OUT=$BATS_TEST_TMPDIR/out
 	ERR=$BATS_TEST_TMPDIR/err
-	( trap - INT QUIT; exec "$DISTRUN" "$@" ) >"$OUT" 2>"$ERR" &
+	( exec env --default-signal=INT,QUIT "$DISTRUN" "$@" ) >"$OUT" 2>"$ERR" &
 	DPID=$!
 }
 
@@ -43,6 +43,12 @@ finish() {
 	while kill -0 "$DPID" 2>/dev/null && [ $i -lt 1200 ]; do
 		sleep 0.1; i=$((i + 1))
 	done
+	if kill -0 "$DPID" 2>/dev/null; then
+		echo "distrun still runs after 120 s; killed"
+		kill -KILL "$DPID"
+		wait "$DPID"
+		return 1
+	fi
 	DSTATUS=0
 	wait "$DPID" || DSTATUS=$?
 }
@@ -117,6 +123,19 @@ nothing_left() {
 	[ "$(jq -r .diagnosis.verdict "$r")" = killed ]
 	[ "$(jq -r .diagnosis.failed_rank "$r")" = 1 ]
 	nothing_left "$r"
+}
+
+@test "a rank stopped by SIGSTOP is the rank named, over TCP at n=8, not its neighbours" {
+	# Its peers in the ring wait on each other; the timeout's message
+	# must say which rank has not come, and why.
+	run env DISTRUN_TRANSPORT=tcp DISTRUN_TIMEOUT=3s "$DISTRUN" -n 8 \
+		--timeout 60s --grace 5s "$HANG" sigstop
+	echo "$output"
+	[ "$status" -eq 1 ]
+	grep -Eq 'DR_ETIMEDOUT: rank [0-7]: timed out after 3000 ms in all_reduce\(count=1024, float32, sum\) \(seq [0-9]+\) waiting to (receive from|send to) rank [0-7]; not yet in this call: rank 5 \(its process is stopped: SIGSTOP\?\)' <<<"$output"
+	# no other rank is said to be behind
+	! grep -E 'not yet in this call: .*rank [0-46-7] \(' <<<"$output"
+	grep -Eq '^ +5  SIGTERM .* was stopped \(SIGSTOP\?\)$' <<<"$output"
 }
 
 @test "a point-to-point deadlock: each rank's peer" {

@@ -130,6 +130,9 @@ static const char *rank_note(const struct job *job, int r)
 	if (job->ranks[r].stopped && job->ranks[r].state == RANK_EXITED &&
 	    WIFEXITED(job->ranks[r].status))
 		return WEXITSTATUS(job->ranks[r].status) ? "failed too" : "";
+	if (job->ranks[r].stopped && job->ranks[r].suspended)
+		return job->ranks[r].suspended == 't' ?
+		       "was held by a debugger" : "was stopped (SIGSTOP?)";
 	if (job->ranks[r].stopped)
 		return job->timed_out ? "timed out" : "stopped";
 	if (job->ranks[r].file_errno[0] || job->ranks[r].file_errno[1])

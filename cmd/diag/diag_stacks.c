@@ -42,6 +42,14 @@ extern char **environ;
 
 /* ------------------------------------------------------------ /proc */
 
+char diag_proc_state(pid_t pid)
+{
+	struct pinfo pi;
+
+	diag_proc_read(pid, &pi);
+	return pi.state;
+}
+
 void diag_proc_read(pid_t pid, struct pinfo *pi)
 {
 	char path[64], buf[1024], *p;

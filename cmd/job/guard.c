@@ -11,8 +11,9 @@
  *    cgroup writable: root, or a delegated systemd user cgroup), distrun
  *    makes "distrun.PID.RUNID" below its own cgroup (a new one: a name
  *    that exists is never shared, another is tried), and every rank moves
- *    itself into it before exec (spawn.c).  Whatever a rank forks stays
- *    in it, whatever it does with sessions and groups.
+ *    itself into it before exec, or is made in it by clone3 (spawn.c,
+ *    clone_into.c).  Whatever a rank forks stays in it, whatever it
+ *    does with sessions and groups.
  *  - Before the ranks start, distrun forks the guard, which keeps the read
  *    end of a pipe.  distrun writes each rank's pid (also its process
  *    group) into the pipe when it starts the rank, and the pid negated
@@ -143,6 +144,10 @@ static void cgroup_create(struct job *job)
 	job->cgroup_dir = strdup(path);
 	snprintf(path, sizeof(path), "%s/cgroup.procs", job->cgroup_dir);
 	job->cgroup_fd = open(path, O_WRONLY | O_CLOEXEC);
+	/* for clone_into(); without it, ranks move themselves (spawn.c) */
+	if (job->cgroup_dir)
+		job->cgroup_dirfd = open(job->cgroup_dir, O_RDONLY |
+					 O_DIRECTORY | O_CLOEXEC);
 	if (!job->cgroup_dir || job->cgroup_fd < 0) {
 		fprintf(stderr, "distrun: warning: cannot use the job's "
 			"cgroup %s: %s; a kill -9 of distrun then stops only "
@@ -150,7 +155,9 @@ static void cgroup_create(struct job *job)
 			strerror(errno));
 		if (job->cgroup_fd >= 0)
 			close(job->cgroup_fd);
-		job->cgroup_fd = -1;
+		if (job->cgroup_dirfd >= 0)
+			close(job->cgroup_dirfd);
+		job->cgroup_fd = job->cgroup_dirfd = -1;
 		*strrchr(path, '/') = 0;
 		rmdir(path);
 		free(job->cgroup_dir);
@@ -447,7 +454,9 @@ void guard_done(struct job *job)
 	job->guard_fd = -1;
 	if (job->cgroup_fd >= 0)
 		close(job->cgroup_fd);
-	job->cgroup_fd = -1;
+	if (job->cgroup_dirfd >= 0)
+		close(job->cgroup_dirfd);
+	job->cgroup_fd = job->cgroup_dirfd = -1;
 	if (job->cgroup_dir) {
 		/* Empty by now, unless distrun gave up on processes that
 		 * ignore even SIGKILL (D state): then end them this way. */

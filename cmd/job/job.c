@@ -92,6 +92,15 @@ static void signal_ranks(struct job *job, int sig)
 
 		if (rk->state != RANK_RUNNING)
 			continue;
+		/* A rank someone stopped (SIGSTOP, a debugger) may be why the
+		 * job failed or hung: the summary says so (report.c).  (After
+		 * a Ctrl-Z distrun continued the ranks as it was continued.) */
+		if (sig != SIGKILL && !rk->stopped) {
+			char st = diag_proc_state(rk->pid);
+
+			if (st == 'T' || st == 't')
+				rk->suspended = st;
+		}
 		if (sig != SIGKILL)
 			rk->stopped = true;
 		killpg(rk->pid, sig);

@@ -3,8 +3,10 @@
  *
  * Modelled on git's start_command(): everything a child needs (the
  * program's path, its argv, its whole environment, its fds) is made in the
- * parent before vfork(), so the child does only async-signal-safe work:
- * setpgid, prctl, dup2, sigaction, sigprocmask, execve.  If a step fails,
+ * parent before vfork() (or clone_into(), which also places the child in
+ * the job's cgroup: clone_into.c), so the child does only
+ * async-signal-safe work: setpgid, prctl, dup2, sigaction, sigprocmask,
+ * execve.  If a step fails,
  * the child writes which step and its errno into an O_CLOEXEC pipe and
  * _exit()s with 127 (not found) or 126 (not executable) when exec failed,
  * 1 when setting up its fds did; the parent reads the pipe, which gives 0
@@ -412,26 +414,37 @@ struct child_err {
 	int err;
 };
 
-/* In the child, between vfork and exec: async-signal-safe calls only.
- * The parent blocked every signal around vfork(), so no handler of
- * distrun's can run here on the memory we share with it; the handlers
- * are reset to their defaults before the rank's own mask is restored. */
-static void __attribute__((noreturn))
-child_exec(struct job *job, pid_t parent, int in, int out, int err,
-	   int errpipe)
+/* What the child needs: it reads them from our memory, which it shares
+ * until it execs. */
+struct child_args {
+	struct job *job;
+	pid_t parent;
+	int in, out, err, errpipe;
+	int move;                  /* write itself into the cgroup */
+};
+
+/* In the child, between vfork (or clone_into) and exec: async-signal-safe
+ * calls only, and no return to the code that started it.  The parent
+ * blocked every signal first, so no handler of distrun's can run here on
+ * the memory we share with it; the handlers are reset to their defaults
+ * before the rank's own mask is restored.  Returns the exit status when
+ * it cannot exec. */
+static int child_main(void *arg)
 {
+	const struct child_args *a = arg;
+	struct job *job = a->job;
 	struct child_err ce = { SPAWN_STEP_FDS, 0 };
 
 	setpgid(0, 0);
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
-		_exit(EXIT_NOTFOUND);   /* distrun is already gone */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != a->parent)
+		return EXIT_NOTFOUND;   /* distrun is already gone */
 	/* distrun's gdb may trace us under Yama's ptrace_scope=1 (diag.c);
 	 * EINVAL without Yama. */
-	prctl(PR_SET_PTRACER, parent, 0, 0, 0);
-	if (job->cgroup_fd >= 0)
+	prctl(PR_SET_PTRACER, a->parent, 0, 0, 0);
+	if (a->move && job->cgroup_fd >= 0)
 		/* "0": the writer itself; failing is harmless (guard.c). */
 		(void)!write(job->cgroup_fd, "0", 1);
-	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+	if (dup2(a->in, 0) < 0 || dup2(a->out, 1) < 0 || dup2(a->err, 2) < 0)
 		goto fail;
 	/* The segment is close-on-exec in distrun; the rank inherits it. */
 	if (job->seg_fd >= 0 && fcntl(job->seg_fd, F_SETFD, 0) < 0)
@@ -453,11 +466,42 @@ child_exec(struct job *job, pid_t parent, int in, int out, int err,
 	execve(job->prog_path, job->o->argv, job->env);
 fail:
 	ce.err = errno;
-	while (write(errpipe, &ce, sizeof(ce)) < 0 && errno == EINTR)
+	while (write(a->errpipe, &ce, sizeof(ce)) < 0 && errno == EINTR)
 		;
 	if (ce.step != SPAWN_STEP_EXEC)
-		_exit(1);
-	_exit(ce.err == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
+		return 1;
+	return ce.err == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
+}
+
+/* Starts the child: into the job's cgroup as it is made where clone3
+ * allows (clone_into.c), else by vfork, the child moving itself.  Returns
+ * its pid, or -1 with errno. */
+static pid_t start_child(struct child_args *ca)
+{
+	/* clone3 refused once (an old kernel, seccomp, a cgroup it may not
+	 * place into): the same answer would come for every rank. */
+	static int clone_into_refused;
+	struct job *job = ca->job;
+	pid_t pid;
+
+	if (job->cgroup_dirfd >= 0 && !clone_into_refused) {
+		ca->move = 0;
+		pid = clone_into(job->cgroup_dirfd, child_main, ca);
+		if (pid >= 0)
+			return pid;
+		if (pid != -ENOSYS && pid != -EINVAL && pid != -E2BIG &&
+		    pid != -EPERM && pid != -EACCES && pid != -EOPNOTSUPP &&
+		    pid != -EBUSY) {
+			errno = -pid;
+			return -1;
+		}
+		clone_into_refused = 1;
+	}
+	ca->move = 1;
+	pid = vfork();
+	if (pid == 0)
+		_exit(child_main(ca));
+	return pid;
 }
 
 /* DISTRUN_STORE_FDS: "3,4" for rank 0 when port.c listens for it,
@@ -479,6 +523,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	int out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
 	int in = -1;
 	sigset_t all, mask;
+	struct child_args ca;
 	int vfork_errno;
 	pid_t pid;
 
@@ -507,18 +552,18 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	}
 	store_fds_env(job->rank_offset + r);
 	rk->t_start = now_mono();
-	/* vfork: the child borrows our memory until it execs, so no page
-	 * tables are copied (fork cost ~1 ms per rank on a small VM).  The
-	 * child only makes system calls and never returns.  No signal is
-	 * delivered to either side until it has exec'd (see child_exec). */
+	/* The child borrows our memory until it execs (vfork, or clone3
+	 * with CLONE_VM), so no page tables are copied (fork cost ~1 ms per
+	 * rank on a small VM).  The child only makes system calls.  No
+	 * signal is delivered to either side until it has exec'd (see
+	 * child_main). */
 	/* --preload: forked from the warm interpreter instead (preload.c). */
 	if (!preload_fork(job, r, in, out[1], err[1], &pid))
 		goto started;
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &mask);
-	pid = vfork();
-	if (pid == 0)
-		child_exec(job, self, in, out[1], err[1], ep[1]);
+	ca = (struct child_args){ job, self, in, out[1], err[1], ep[1], 0 };
+	pid = start_child(&ca);
 	vfork_errno = errno;
 	sigprocmask(SIG_SETMASK, &mask, NULL);
 	if (pid < 0) {

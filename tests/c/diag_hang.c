@@ -14,6 +14,10 @@
  *   ok        three barriers, rank 0 two seconds late at the first
  *   nodump    as skip, every rank not dumpable (PR_SET_DUMPABLE 0): a
  *             user who is not root cannot trace them
+ *   sigstop   every rank runs all_reduce (1024 floats) in a loop; before
+ *             the 50th, rank 5 (or the last rank, if fewer) stops itself
+ *             with SIGSTOP: the others' waits time out naming their
+ *             neighbours, and the message must name the stopped rank
  *
  * Each rank prints "rank R ready" once past init, so that a test knows
  * the job has started.  Built with -g: the tests look for the functions
@@ -118,8 +122,18 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++)
 			TRY(dr_barrier(NULL, NULL, NULL, 0));
 		TRY(dr_all_reduce(v, 4, DR_FLOAT32, DR_SUM, NULL, NULL));
+	} else if (!strcmp(mode, "sigstop")) {
+		static float big[1024];
+		int stopper = size > 5 ? 5 : size - 1;
+
+		for (int i = 0;; i++) {
+			if (i == 50 && rank == stopper)
+				raise(SIGSTOP);
+			TRY(dr_all_reduce(big, 1024, DR_FLOAT32, DR_SUM, NULL,
+					  NULL));
+		}
 	} else {
-		fprintf(stderr, "usage: diag_hang skip|user|mismatch|kill|p2p|ok\n");
+		fprintf(stderr, "usage: diag_hang skip|user|mismatch|kill|p2p|ok|sigstop\n");
 		return 2;
 	}
 	TRY(dr_destroy_process_group());
