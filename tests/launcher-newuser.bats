@@ -139,14 +139,18 @@ make_tick() {
 	    while not os.path.exists("asked"):
 	        time.sleep(0.05)
 	    print("other", flush=True)
-	    open("go", "w").close()
 	PY
 	"$DISTRUN" --timeout 20s --python /usr/bin/python3 -n 2 ask2.py >out 2>&1 &
 	pid=$!
 	wait_until 10 grep -q "x? " out || { touch go asked; wait $pid; false; }
 	touch asked
+	# rank 0 goes on once distrun has shown rank 1's line (were both
+	# ready at once, rank 0's "yes" could come first and end its line)
+	wait_until 10 grep -q "other" out || { touch go; wait $pid; false; }
+	touch go
 	wait $pid
 	run cat out
+	echo "$output"
 	[ "${lines[0]}" = "[0] x? " ]
 	[ "${lines[1]}" = "[1] other" ]
 	[ "${lines[2]}" = "[0] yes" ]
