@@ -205,8 +205,9 @@ DR_API const char *dr_get_launcher(void);
  * threads and members here.  Their handles stay safe: dr_group_rank gives
  * -1 and dr_group_size 0, other calls fail, and dr_group_destroy frees
  * what is left of them.  Work handles stay valid until dr_work_free;
- * point-to-point work still out fails with DR_EABORTED.  Safe to call
- * after an error.  DR_ENOINIT if not initialized. */
+ * point-to-point work still out fails with DR_EABORTED (a receive at
+ * once, a send after up to 2 s to drain), never holding destroy up.
+ * Safe to call after an error.  DR_ENOINIT if not initialized. */
 DR_API dr_err dr_destroy_process_group(void);
 
 /* ------------------------------------------------------------- groups */

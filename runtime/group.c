@@ -350,7 +350,7 @@ static void p2p_finish_locked(dr_work *w, dr_err err, const char *msg)
  * own when it was aborted, else the code's. */
 static const char *req_failure(const dri_req *r)
 {
-	if (!sched.on)
+	if (!sched.on || (sched.stop && r->status == DR_EABORTED))
 		return "the process group was destroyed before the request "
 		       "completed";
 	return dri_transport_check() ? dr_last_error() : dr_strerror(r->status);
@@ -414,11 +414,28 @@ static void *group_main(void *arg)
 
 /* Drives the transport while asynchronous point-to-point requests are
  * out. */
+/* Destroy has begun: a point-to-point receive still out fails with
+ * DR_EABORTED now (nothing the program waits for is left); sends still
+ * out stay queued for the transport's stop, which lets them drain for a
+ * while and fails what is left with DR_EABORTED (transport.c). */
+static void p2p_abandon_recvs_locked(void)
+{
+	for (dr_work *w = sched.p2p; w; w = w->next)
+		if (!w->req.is_send &&
+		    !__atomic_load_n(&w->req.complete, __ATOMIC_ACQUIRE))
+			dri_req_abandon(&w->req, DR_EABORTED);
+}
+
 static void *p2p_main(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&sched.mu);
 	for (;;) {
+		if (sched.stop) {
+			p2p_abandon_recvs_locked();
+			p2p_reap_locked();
+			break;
+		}
 		if (p2p_reap_locked()) {
 			pthread_mutex_unlock(&sched.mu);
 			dri_transport_progress(100);

@@ -54,6 +54,10 @@ dr_err dri_waitall(dri_req *reqs, int n);
  * DR_ETIMEDOUT) and the group goes on (monitored_barrier).  Other errors
  * abort the group as in dri_waitall. */
 dr_err dri_waitall_timeout(dri_req *reqs, int n, int64_t timeout_ms);
+/* Takes r, not complete yet, from the transport and completes it with
+ * st (destroy's end of point-to-point work still out, group.c); a send
+ * half on the wire is finished from a copy, as a cancelled one is. */
+void dri_req_abandon(dri_req *r, dr_err st);
 /* The monitored barrier's monitor gave up on peer (it did not arrive
  * within the timeout): tells it so, best effort and without waiting, with
  * a CALL frame of the barrier's id queued behind what this rank sent it.

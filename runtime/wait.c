@@ -101,6 +101,17 @@ static void cancel_locked(dri_req *r)
 	r->status = DR_ETIMEDOUT;
 }
 
+void dri_req_abandon(dri_req *r, dr_err st)
+{
+	dri_loop_lock();
+	if (!__atomic_load_n(&r->complete, __ATOMIC_ACQUIRE)) {
+		cancel_locked(r);
+		r->status = st;
+		__atomic_store_n(&r->complete, 1, __ATOMIC_RELEASE);
+	}
+	dri_loop_unlock();
+}
+
 /* A receive of a call of the world group from a peer that is in the
  * world call of the same seq through flags instead (coll_shm.c): the
  * peer will never send it, so the calls differ.  Looked at before each

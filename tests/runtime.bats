@@ -183,6 +183,18 @@ mismatch() {
 	every_rank 4 'reinit ok (4 rounds)'
 }
 
+@test "destroy with point-to-point work still out: a receive fails with DR_EABORTED at once, a send after its drain, a send that can complete does" {
+	# tests/c/p2p_destroy.c: each mode checks its own bounds
+	for tr in "" tcp; do
+		for m in recv send late; do
+			run env DISTRUN_TRANSPORT=$tr "$DISTRUN" --timeout 60s -n 2 \
+				"$CTESTS/p2p_destroy" $m
+			[ "$status" -eq 0 ] || { echo "$tr $m: $output"; return 1; }
+			every_rank 2 "$m ok"
+		done
+	done
+}
+
 @test "the library's threads block every asynchronous signal: a process-directed SIGUSR1 runs the program's handler on its own thread" {
 	run "$DISTRUN" --timeout 60s -n 3 "$CTESTS/threads_check" sigmask
 	echo "$output"
