@@ -213,11 +213,11 @@ $(FAKE_CUDA): testdata/fake_libcuda.c
 	$(Q)ln -sf libcuda.so $(dir $@)libcuda.so.1
 # The ranks' line-buffering shim: never sanitized (it is loaded into any
 # program, before an ASan runtime would be).
-$(LINEBUF_SO): cmd/job/shim/linebuf.c
+$(LINEBUF_SO): cmd/job/shim/linebuf.c runtime/contract.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) -std=c11 -Wall -Wextra $(WERROR) -D_GNU_SOURCE -O2 -shared \
-		-fPIC -o $@ $<
+		-fPIC -Iruntime -o $@ $<
 # Faults for the tests: the wall clock set forward, a failing dup2.
 $(B)/fake/%.so: testdata/%.c
 	@mkdir -p $(dir $@)

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "clock.h"
+#include "contract.h"
 #include "launcher.h"
 
 const char *signal_name(int sig)

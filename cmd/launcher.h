@@ -47,7 +47,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
-#include "clock.h"
+#include "contract.h"
 
 #define DISTRUN_VERSION "0.1.0"
 #define MAX_RANKS 4096

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "contract.h"
 #include "launcher.h"
 #include "ci.h"
 

@@ -402,7 +402,7 @@ static dr_err find_secret(unsigned char *out, size_t *n)
 				"authentication, insecure) or leave it unset", a);
 	if (dri_auth_disabled())
 		return DR_OK;
-	s = getenv("DISTRUN_SECRET");
+	s = getenv(DRI_ENV_SECRET);
 	if (s && *s) {
 		if (unhex(s, strlen(s), out, SECRET_MAX, n) < 0 ||
 		    *n < SECRET_MIN)

@@ -39,6 +39,9 @@
 #ifndef DRI_AUTH_H
 #define DRI_AUTH_H
 
+/* The variable that holds the job's key (contract.h). */
+#define DRI_ENV_SECRET "DISTRUN_SECRET"
+
 #include <stddef.h>
 #include <stdint.h>
 

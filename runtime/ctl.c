@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "contract.h"
 #include "error.h"
 
 /* This rank's control block in the segment (NULL: nothing published). */
@@ -64,7 +64,7 @@ static void slot_close(dri_ctl_slot *s)
 
 void dri_ctl_attach(int rank, int world_size)
 {
-	const char *mode = getenv("DISTRUN_CTL");
+	const char *mode = getenv(DRI_ENV_CTL);
 
 	own_block = NULL;
 	/* DISTRUN_CTL=off: publish nothing (to measure what it costs). */

@@ -28,8 +28,8 @@
  * its own.  They are read from CLOCK_MONOTONIC_COARSE (the same clock to
  * the kernel's tick, clock_res_ns) unless DISTRUN_CTL=precise (--trace).
  *
- * Both the launcher (cmd/diag/diag.c, cmd/diag/trace.c) and libdistrun (runtime/ctl.c)
- * include this file; only ctl.c writes.
+ * Both the launcher (cmd/diag/, through contract.h) and libdistrun
+ * (runtime/ctl.c) include this file; only ctl.c writes.
  */
 #ifndef DRI_CTL_H
 #define DRI_CTL_H

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "contract.h"
 #include "error.h"
 #include "rdzv.h"
 #include "seg.h"
@@ -81,7 +82,7 @@ static int check_hdr(const dri_seg_hdr *h, uint64_t fsize, int rank,
 		     const uint8_t *want_job, int slot)
 {
 	dri_seg_hdr want = { 0 };
-	const char *jid = getenv("DISTRUN_JOB_ID");
+	const char *jid = getenv(DRI_ENV_JOB_ID);
 	uint8_t job[16];
 
 	if (h->magic != DRI_SEG_MAGIC || h->version != DRI_SEG_VERSION) {
@@ -176,7 +177,7 @@ static int map_checked(int fd, const char *what, int rank,
 
 dr_err dri_seg_attach(int rank)
 {
-	const char *s = getenv(DRI_SEG_ENV_FD);
+	const char *s = getenv(DRI_ENV_SEG_FD);
 	char what[64], *end;
 	long fd;
 
@@ -189,11 +190,11 @@ dr_err dri_seg_attach(int rank)
 	fd = strtol(s, &end, 10);
 	if (errno || *end || fd < 3 || fd > 1 << 20) {
 		snprintf(joined_seg.why, sizeof(joined_seg.why), "%s='%s' is not an fd number",
-			 DRI_SEG_ENV_FD, s);
+			 DRI_ENV_SEG_FD, s);
 		return DR_OK;
 	}
 	/* A sealed memfd: a file someone else could resize is refused. */
-	snprintf(what, sizeof(what), "%s=%ld", DRI_SEG_ENV_FD, fd);
+	snprintf(what, sizeof(what), "%s=%ld", DRI_ENV_SEG_FD, fd);
 	if (!map_checked((int)fd, what, rank, NULL, -1))
 		close((int)fd);
 	return DR_OK;

@@ -7,7 +7,8 @@
  * another launcher build the same among their local ranks through the
  * rendezvous.  Nothing has a name, so nothing is left after any kill.
  *
- * Both the launcher (cmd/) and libdistrun (runtime/) include this file.
+ * Both the launcher (cmd/, through contract.h) and libdistrun (runtime/)
+ * include this file.
  * It is a layout, not an API: offsets, never pointers, so that every
  * process can map it at any address.
  *
@@ -36,8 +37,6 @@
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
 #define DRI_SEG_VERSION 7
-/* The environment variable that names the inherited segment's fd. */
-#define DRI_SEG_ENV_FD "DISTRUN_SEG_FD"
 /* Bytes of each rank's control block (a multiple of the page size, so a
  * rank's block never shares a page with another's). */
 #define DRI_CTL_SIZE 16384u

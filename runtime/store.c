@@ -42,6 +42,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "contract.h"
 #include "error.h"
 #include "net.h"
 #include "store.h"
@@ -551,7 +552,7 @@ static const char *inherited_bad(int fd, int port)
  * or DR_EENV naming the one that is not what it should be. */
 static dr_err inherited_listeners(int port, int fds[DRI_NET_MAXFD], int *nfds)
 {
-	const char *v = getenv("DISTRUN_STORE_FDS"), *p = v, *bad;
+	const char *v = getenv(DRI_ENV_STORE_FDS), *p = v, *bad;
 	int n = 0;
 
 	*nfds = 0;
@@ -586,7 +587,7 @@ static dr_err inherited_listeners(int port, int fds[DRI_NET_MAXFD], int *nfds)
 fail_fd:
 		while (n > 0)
 			close(fds[--n]);
-		return dri_fail(DR_EENV, "DISTRUN_STORE_FDS=%s: descriptor %ld "
+		return dri_fail(DR_EENV, DRI_ENV_STORE_FDS "=%s: descriptor %ld "
 				"is %s, not a TCP socket listening on MASTER_PORT=%d "
 				"(did something between distrun and the program "
 				"close or replace it?)", v, fd, bad, port);
@@ -596,7 +597,7 @@ fail_fd:
 fail:
 	while (n > 0)
 		close(fds[--n]);
-	return dri_fail(DR_EENV, "DISTRUN_STORE_FDS=%s is %s", v, bad);
+	return dri_fail(DR_EENV, DRI_ENV_STORE_FDS "=%s is %s", v, bad);
 }
 
 dr_err dri_store_server_start(const char *host, int port,

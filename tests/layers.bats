@@ -85,3 +85,25 @@ C
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"newpart.c is in no layer"* ]]
 }
+
+# runtime_includes DIR: "file:header" for each runtime header (other than
+# distrun.h and contract.h) that a file under DIR includes.
+runtime_includes() {
+	local f h
+	for f in $(find "$1" -name '*.[ch]'); do
+		for h in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
+			case $h in distrun.h|contract.h) continue ;; esac
+			[ ! -e "$SRCDIR/runtime/$h" ] || echo "${f#"$1"/}:$h"
+		done
+	done
+}
+
+@test "layers: the launcher reaches into the runtime through distrun.h and contract.h only" {
+	run runtime_includes "$SRCDIR/cmd"
+	[ -z "$output" ] || { echo "runtime headers included from cmd/: $output"; false; }
+	# the check can fail: a copy of cmd/ where segment.c includes seg.h
+	cp -r "$SRCDIR/cmd" "$T/cmd"
+	sed -i 's/^#include "contract.h"$/#include "seg.h"/' "$T/cmd/job/segment.c"
+	run runtime_includes "$T/cmd"
+	[ "$output" = "job/segment.c:seg.h" ]
+}

@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "contract.h"
 #include "diag_int.h"
 
 #define SKEW_RECS 2000   /* calls looked at for barrier skew */
@@ -97,8 +97,8 @@ int diag_env(struct job *job, char **env, size_t *k)
 	if (!getenv("PYTHONFAULTHANDLER"))
 		d->env[d->nenv++] = strdup("PYTHONFAULTHANDLER=1");
 	/* Exact times in the control blocks for the timeline. */
-	if (opts_timeline(job->o) && !getenv("DISTRUN_CTL"))
-		d->env[d->nenv++] = strdup("DISTRUN_CTL=precise");
+	if (opts_timeline(job->o) && !getenv(DRI_ENV_CTL))
+		d->env[d->nenv++] = strdup(DRI_ENV_CTL "=precise");
 	if (dir) {
 		struct sb b = { 0 };
 

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctl.h"
+#include "contract.h"
 #include "launcher.h"
 
 /* A growable string; on out of memory it stops growing and says so. */

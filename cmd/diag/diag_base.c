@@ -16,8 +16,7 @@
 #include <time.h>
 
 #include "distrun.h"
-#include "ctl.h"
-#include "error.h"
+#include "contract.h"
 #include "diag_int.h"
 #include "ci.h"
 

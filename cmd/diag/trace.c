@@ -27,8 +27,7 @@
 #include <string.h>
 
 #include "distrun.h"
-#include "ctl.h"
-#include "error.h"
+#include "contract.h"
 #include "diag.h"
 
 /* The latest arrival at a collective (group, seq) over every rank, and

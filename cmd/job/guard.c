@@ -373,8 +373,8 @@ guard_main(int rd, const char *cgroup_dir, struct want *w)
  * (never the case under distrun), nothing matches. */
 static void want_fill(const struct job *job, struct want *w)
 {
-	static const char *const names[N_WANT] = { "DISTRUN_JOB_ID=",
-		"DISTRUN_SECRET=", "GROUP_RANK=" };
+	static const char *const names[N_WANT] = { DRI_ENV_JOB_ID "=",
+		DRI_ENV_SECRET "=", "GROUP_RANK=" };
 
 	memset(w, 0, sizeof(*w));
 	for (int i = 0; i < N_WANT; i++)

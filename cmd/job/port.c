@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
-#include "net.h"
+#include "contract.h"
 
 /* The listening sockets handed to rank 0, or none. */
 static int store_fds[DRI_NET_MAXFD];
@@ -212,7 +212,7 @@ static char *port_find_program(const char *name)
  * of the shared library.  A wrapper script gets the older scheme. */
 static bool port_takes_fds(const char *name)
 {
-	static const char *const marks[] = { "DISTRUN_STORE_FDS",
+	static const char *const marks[] = { DRI_ENV_STORE_FDS,
 					     "libdistrun.so" };
 	char *path = port_find_program(name);
 	struct stat st;

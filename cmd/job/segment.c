@@ -27,7 +27,7 @@
 
 #include "distrun.h"
 #include "launcher.h"
-#include "seg.h"
+#include "contract.h"
 
 static void futex_wake_all(uint32_t *word)
 {

@@ -46,9 +46,8 @@ static const char *const set_vars[] = {
 	"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
 	"ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-	"TORCHELASTIC_USE_AGENT_STORE", "DISTRUN_JOB_ID", "DISTRUN_NRANKS",
-	"DISTRUN_SECRET",
-	"DISTRUN_SEG_FD", "DISTRUN_LINEBUF", "DISTRUN_STORE_FDS",
+	"TORCHELASTIC_USE_AGENT_STORE", DRI_ENV_JOB_ID, DRI_ENV_NRANKS,
+	DRI_ENV_SECRET, DRI_ENV_SEG_FD, DRI_ENV_LINEBUF, DRI_ENV_STORE_FDS,
 };
 #define N_SET (sizeof(set_vars) / sizeof(set_vars[0]))
 
@@ -122,9 +121,9 @@ static char *make_secret(void)
 			return NULL;
 		got += (size_t)n;
 	}
-	s = malloc(sizeof("DISTRUN_SECRET=") + 2 * sizeof(raw));
+	s = malloc(sizeof(DRI_ENV_SECRET "=") + 2 * sizeof(raw));
 	if (s) {
-		int k = sprintf(s, "DISTRUN_SECRET=");
+		int k = sprintf(s, DRI_ENV_SECRET "=");
 		for (size_t i = 0; i < sizeof(raw); i++)
 			k += sprintf(s + k, "%02x", raw[i]);
 	}
@@ -202,18 +201,18 @@ static int build_env(struct job *job)
 	env[k++] = rank_str[SLOT_RESTART];
 	env[k++] = rank_str[SLOT_LINEBUF];
 	snprintf(rank_str[SLOT_LINEBUF], sizeof(rank_str[SLOT_LINEBUF]),
-		 "DISTRUN_LINEBUF=off");
+		 DRI_ENV_LINEBUF "=off");
 	env[k++] = rank_str[SLOT_STORE_FDS];
 	spawn_set_restart(job, job->restarts);
 	/* The rest are the same for every rank. */
 	env[k++] = xasprintf("WORLD_SIZE=%d", job_world_size(job));
 	env[k++] = xasprintf("LOCAL_WORLD_SIZE=%d", o->nranks);
 	env[k++] = xasprintf("ROLE_WORLD_SIZE=%d", job_world_size(job));
-	env[k++] = xasprintf("DISTRUN_NRANKS=%d", job_world_size(job));
+	env[k++] = xasprintf(DRI_ENV_NRANKS "=%d", job_world_size(job));
 	env[k++] = xasprintf("MASTER_ADDR=%s", o->master_addr);
 	env[k++] = xasprintf("MASTER_PORT=%d", job->master_port);
 	env[k++] = xasprintf("TORCHELASTIC_RUN_ID=%s", job->run_id);
-	env[k++] = xasprintf("DISTRUN_JOB_ID=%s", job->run_id);
+	env[k++] = xasprintf(DRI_ENV_JOB_ID "=%s", job->run_id);
 	env[k++] = xasprintf("GROUP_RANK=%d", job->node_rank);
 	env[k++] = xasprintf("GROUP_WORLD_SIZE=%d", job->nnodes > 1 ?
 			     job->nnodes : 1);
@@ -226,10 +225,10 @@ static int build_env(struct job *job)
 	env[k++] = strdup("TORCHELASTIC_USE_AGENT_STORE=False");
 	/* Several nodes: the secret every node derived alike (nodes.c). */
 	env[k++] = job->node_secret[0] ?
-		   xasprintf("DISTRUN_SECRET=%s", job->node_secret) :
+		   xasprintf(DRI_ENV_SECRET "=%s", job->node_secret) :
 		   make_secret();
 	if (job->seg_fd >= 0)
-		env[k++] = xasprintf("DISTRUN_SEG_FD=%d", job->seg_fd);
+		env[k++] = xasprintf(DRI_ENV_SEG_FD "=%d", job->seg_fd);
 	if (!getenv("OMP_NUM_THREADS"))
 		env[k++] = strdup("OMP_NUM_THREADS=1");
 	env_nalloc = k;
@@ -511,7 +510,7 @@ static void store_fds_env(int rank)
 	char *p = rank_str[SLOT_STORE_FDS], *end = p + sizeof(rank_str[0]);
 
 	child_nstore_fds = rank ? 0 : port_store_fds(&child_store_fds);
-	p += snprintf(p, (size_t)(end - p), "DISTRUN_STORE_FDS=");
+	p += snprintf(p, (size_t)(end - p), DRI_ENV_STORE_FDS "=");
 	for (int i = 0; i < child_nstore_fds && p < end; i++)
 		p += snprintf(p, (size_t)(end - p), "%s%d", i ? "," : "",
 			      child_store_fds[i]);
@@ -546,7 +545,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 
 		if (fstat(out[1], &st) == 0)
 			snprintf(rank_str[SLOT_LINEBUF], 48,
-				 "DISTRUN_LINEBUF=%llu:%llu",
+				 DRI_ENV_LINEBUF "=%llu:%llu",
 				 (unsigned long long)st.st_dev,
 				 (unsigned long long)st.st_ino);
 	}
@@ -670,7 +669,8 @@ void spawn_release(struct job *job)
 		for (size_t i = N_SLOTS; i < env_nalloc; i++) {
 			/* the secret's copy goes as it came: wiped */
 			if (job->env[i] && !strncmp(job->env[i],
-						    "DISTRUN_SECRET=", 15))
+						    DRI_ENV_SECRET "=",
+						    sizeof(DRI_ENV_SECRET)))
 				explicit_bzero(job->env[i], strlen(job->env[i]));
 			free(job->env[i]);
 		}

@@ -24,7 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "contract.h"
 #include "nodes_int.h"
 #include "rendezvous.h"
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "auth.h"
+#include "contract.h"
 #include "nodes.h"
 
 #define FRAME_MS 5000

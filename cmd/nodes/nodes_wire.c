@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "contract.h"
 #include "nodes_int.h"
 
 double nodes_mono(void)

@@ -59,7 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "contract.h"
 #include "etcd.h"
 #include "rendezvous.h"
 

@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "contract.h"
+
 __attribute__((constructor)) static void linebuf_init(void)
 {
-	const char *want = getenv("DISTRUN_LINEBUF");
+	const char *want = getenv(DRI_ENV_LINEBUF);
 	unsigned long long dev, ino;
 	struct stat st;
 	char tail;
