@@ -326,7 +326,9 @@ traced_in_cgroup() {
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$(grep -c '^\[[0-2]\] cg 0::/\(.*/\)\?distrun\.' <<<"$output")" -eq 6 ]
-	pid=$(grep -m1 'clone3(' "$st" | cut -d' ' -f1)
+	# (strace pads the pid column: "9638  clone3(...")
+	pid=$(grep -m1 'clone3(' "$st" | awk '{ print $1 }')
+	[ -n "$pid" ] || { cat "$st"; false; }
 }
 
 @test "ranks are made inside the job's cgroup by clone3, and move themselves in where clone3 is refused" {
@@ -341,14 +343,14 @@ traced_in_cgroup() {
 	# clone3 with CLONE_INTO_CGROUP, no write to cgroup.procs
 	traced_in_cgroup st "$prog"
 	[ "$(grep -c 'clone3(.*CLONE_INTO_CGROUP' "$st")" -eq 3 ]
-	! grep -q "^$pid vfork(" "$st"
+	! grep -Eq "^$pid +vfork\(" "$st"
 	! grep -Eq 'write\([0-9]+, "0", 1\)' "$st"
 	# a kernel or seccomp filter without clone3: vfork, and each rank
 	# writes itself into cgroup.procs; clone3 asked once, not per rank
 	traced_in_cgroup st2 "$prog" -e inject=clone3:error=ENOSYS
 	[ "$(grep -c 'clone3(.*CLONE_INTO_CGROUP.*ENOSYS' "$st")" -eq 1 ]
 	# the launcher vforks instead, and each rank writes itself in
-	grep -q "^$pid vfork(" "$st" || { cat "$st"; false; }
+	grep -Eq "^$pid +vfork\(" "$st" || { cat "$st"; false; }
 	[ "$(grep -Ec 'write\([0-9]+, "0", 1\) += 1' "$st")" -eq 3 ] ||
 		{ cat "$st"; false; }
 }
