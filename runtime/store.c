@@ -54,6 +54,7 @@
 #define BUFFERED_MAX ((size_t)512 << 20)        /* in + out, all clients */
 #define PENDING_MAX 64                          /* unauthenticated */
 #define CLIENTS_MAX 65536
+#define OUT_KEEP ((size_t)64 << 10) /* a reply buffer kept when written */
 #define PAUSE_MS 100                            /* listener, at EMFILE */
 
 struct kv {
@@ -166,28 +167,76 @@ static int buf_reserve(dri_store_server *s, unsigned char **b, size_t *cap,
 	return 0;
 }
 
-/* Queues a reply; -1 (drop the client) if it cannot be buffered. */
+/* Writes what the socket takes of a reply (header h, then val) with
+ * nothing queued before it: the bytes written, or -1 on error. */
+static ssize_t reply_direct(int fd, unsigned char *h, const void *val,
+			    size_t len)
+{
+	struct iovec iov[2] = { { h, 9 }, { (void *)val, len } };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
+	ssize_t n;
+
+	do
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	return n;
+}
+
+/* Sends a reply, or queues what the socket does not take at once; -1
+ * (drop the client) on a write error or if it cannot be buffered.  A
+ * value goes to the socket from where it is stored: the same large value
+ * answered to every rank (the addresses, 4096 ranks x 160 KB) is not
+ * copied once per client. */
 static int reply(dri_store_server *s, struct client *c, uint32_t seq,
 		 int status, const void *val, size_t len)
 {
-	size_t need;
+	unsigned char h[9];
+	size_t sent = 0, hs, vs, need;
+	ssize_t n;
 
-	if (c->out_off == c->out_len)
+	dri_put32(h, (uint32_t)(len + 5));
+	dri_put32(h + 4, seq);
+	h[8] = (unsigned char)status;
+	if (c->out_off == c->out_len) {
 		c->out_off = c->out_len = 0;
-	need = c->out_len + 9 + len;
+		if (c->fd >= 0) { /* (-1: dri_store_feed's, which reads out) */
+			if ((n = reply_direct(c->fd, h, val, len)) < 0)
+				return -1;
+			sent = (size_t)n;
+			if (sent == 9 + len)
+				return 0;
+		}
+	}
+	/* the rest: of the header (if any), then of the value */
+	hs = sent < 9 ? sent : 9;
+	vs = sent - hs;
+	need = c->out_len + (9 - hs) + (len - vs);
 	if (buf_reserve(s, &c->out, &c->out_cap, need) < 0)
 		return -1;
-	dri_put32(c->out + c->out_len, (uint32_t)(len + 5));
-	dri_put32(c->out + c->out_len + 4, seq);
-	c->out[c->out_len + 8] = (unsigned char)status;
-	if (len)
-		memcpy(c->out + c->out_len + 9, val, len);
+	memcpy(c->out + c->out_len, h + hs, 9 - hs);
+	if (len > vs)
+		memcpy(c->out + c->out_len + (9 - hs),
+		       (const unsigned char *)val + vs, len - vs);
 	c->out_len = need;
 	return 0;
 }
 
+/* A large reply buffer, once written, goes: the total budget counts
+ * capacity, and thousands of ranks each holding one would use it up. */
+static void out_release(dri_store_server *s, struct client *c)
+{
+	if (c->out_off != c->out_len || c->out_cap <= OUT_KEEP)
+		return;
+	s->buffered -= c->out_cap;
+	free(c->out);
+	c->out = NULL;
+	c->out_cap = c->out_off = c->out_len = 0;
+}
+
 /* Writes what the socket takes of the client's replies; -1 on error. */
-static int client_flush(struct client *c)
+static int client_flush(dri_store_server *s, struct client *c)
 {
 	if (c->fd < 0)
 		return 0; /* dri_store_feed's: the caller takes the replies */
@@ -205,6 +254,7 @@ static int client_flush(struct client *c)
 			return 0;
 		return -1;
 	}
+	out_release(s, c);
 	return 0;
 }
 
@@ -232,7 +282,7 @@ static void wake_getters(dri_store_server *s, const char *key,
 			free(w->waiting);
 			w->waiting = NULL;
 			if (reply(s, w, w->wait_seq, ST_OK, val, len) < 0 ||
-			    client_flush(w) < 0)
+			    client_flush(s, w) < 0)
 				shutdown(w->fd, SHUT_RDWR); /* poll drops it */
 		}
 	}
@@ -396,7 +446,7 @@ static int client_read(dri_store_server *s, struct client *c)
 	}
 	if (serve_frames(s, c) < 0)
 		return -1;
-	return client_flush(c);
+	return client_flush(s, c);
 }
 
 /* Drops the oldest unauthenticated client (to make room). */
@@ -505,7 +555,7 @@ static void *server_main(void *arg)
 			int bad = (re & POLLNVAL) ||
 				  (c->state != C_UP && now >= c->deadline);
 			if (!bad && (re & POLLOUT))
-				bad = client_flush(c) < 0;
+				bad = client_flush(s, c) < 0;
 			if (!bad && (re & (POLLIN | POLLHUP | POLLERR)))
 				bad = client_read(s, c) < 0;
 			if (bad)
