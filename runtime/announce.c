@@ -173,8 +173,8 @@ int dri_call_tell(const dri_req *r)
 	    r->id.coll == DRI_MONITORED_BARRIER || r->peer < 0 ||
 	    r->peer == dri_links.rank || r->peer >= dri_links.size)
 		return 0;
-	p = &dri_links.peer[r->peer];
-	if (p->state != P_UP ||
+	p = PEER(r->peer);
+	if (!p || p->state != P_UP ||
 	    (p->told && p->told_group == r->id.group_id &&
 	     p->told_seq == r->id.seq) ||
 	    (p->told && !p->call_req.complete))

@@ -33,7 +33,6 @@
 #define ABORT_FLUSH_MAX ((size_t)256 << 10) /* rest of a frame sent at abort */
 
 #define RANK dri_links.rank
-#define PEER(i) (&dri_links.peer[i])
 
 /* ---------------------------------------------------------- sending */
 

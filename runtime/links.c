@@ -13,6 +13,36 @@
 
 struct dri_links dri_links;
 
+struct dri_peer *dri_peer_get(int i)
+{
+	struct dri_peer *p = dri_links.peer[i];
+
+	if (p)
+		return p;
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		dri_fail(DR_ENOMEM, "rank %d: out of memory for the record of "
+			 "peer %d", dri_links.rank, i);
+		return NULL;
+	}
+	p->fd = -1;
+	p->ops = dri_links.link_of(i);
+	p->state = p->ops->start(i);
+	dri_links.peer[i] = p;
+	return p;
+}
+
+void dri_peers_free(void)
+{
+	for (int i = 0; dri_links.peer && i < dri_links.size; i++) {
+		if (dri_links.peer[i])
+			free(dri_links.peer[i]->stage);
+		free(dri_links.peer[i]);
+	}
+	free(dri_links.peer);
+	dri_links.peer = NULL;
+}
+
 void dri_req_init(dri_req *req, const dri_msg_id *id, int peer, int is_send,
 		  void *buf, size_t len)
 {
@@ -61,6 +91,6 @@ dr_err dri_peer_io_error(int i, int e)
 	if (e == EBADF)
 		return dri_fail(DR_EPEER, "rank %d: the socket to rank %d (fd "
 				"%d) was closed under the transport",
-				dri_links.rank, i, dri_links.peer[i].fd);
+				dri_links.rank, i, PEER(i)->fd);
 	return dri_peer_lost(i, dri_strerror(e));
 }

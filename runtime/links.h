@@ -106,11 +106,27 @@ struct dri_peer {
 	int reconnects;
 };
 
-/* The peers of this rank: the one table every room reads. */
+/* The peers of this rank: the one table every room reads.  A peer's
+ * record is made when the transport first deals with it (a request to or
+ * from it, its connection, or at start for a peer in shared memory), so
+ * a rank of a large world pays a pointer for each peer it never talks
+ * to, not a record (4096 ranks: 32 KiB a rank instead of 3.2 MiB). */
 extern struct dri_links {
 	int rank, size;
-	struct dri_peer *peer; /* size of them, this rank's unused */
+	struct dri_peer **peer; /* size of them; NULL: never dealt with */
+	/* the medium that reaches peer i (transport.c sets it at start) */
+	const struct dri_link_ops *(*link_of)(int i);
 } dri_links;
+
+/* Peer i's record, or NULL if the transport never dealt with it (such a
+ * peer is P_NONE: nothing queued, nothing parked, no connection). */
+#define PEER(i) (dri_links.peer[i])
+
+/* Peer i's record, made on first use (its link chosen, its start
+ * state); NULL, with the error set, out of memory. */
+struct dri_peer *dri_peer_get(int i);
+/* Frees every record (the transport's stop). */
+void dri_peers_free(void);
 
 #define DRI_STAGE_LEN 16384
 

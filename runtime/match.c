@@ -52,7 +52,6 @@ static struct {
 } match;
 
 #define RANK dri_links.rank
-#define PEER(i) (&dri_links.peer[i])
 
 /* ---------------------------------------------------- request lists */
 
@@ -188,9 +187,12 @@ dr_err dri_match_note(const dri_msg_id *id)
 		    m->id.group_id == id->group_id && !dri_same_call(&m->id, id))
 			return dri_calls_differ(m->src, &m->id, RANK, id);
 	for (int i = 0; i < dri_links.size; i++) {
-		const dri_msg_id *q = &PEER(i)->rx.id;
+		const dri_msg_id *q;
 
-		if (PEER(i)->parked && q->coll != DRI_P2P &&
+		if (!PEER(i) || !PEER(i)->parked)
+			continue;
+		q = &PEER(i)->rx.id;
+		if (q->coll != DRI_P2P &&
 		    q->seq == id->seq && q->group_id == id->group_id &&
 		    !dri_same_call(q, id))
 			return dri_calls_differ(i, q, RANK, id);
@@ -256,7 +258,8 @@ int dri_match_post(dri_req *req, dr_err *err)
 	/* Next in line: a parked message (the peer's, or any peer's for
 	 * DR_ANY_SOURCE). */
 	for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? size : peer + 1); i++)
-		if (PEER(i)->parked && id_key_match(id, &PEER(i)->rx.id))
+		if (PEER(i) && PEER(i)->parked &&
+		    id_key_match(id, &PEER(i)->rx.id))
 			return i;
 	if (match.posted_tail)
 		match.posted_tail->next = req;
@@ -384,7 +387,7 @@ void dri_match_cancel(dri_req *r)
 	}
 	posted_unlink(r);
 	for (int i = 0; i < dri_links.size; i++)
-		if (PEER(i)->rx_req == r) {
+		if (PEER(i) && PEER(i)->rx_req == r) {
 			PEER(i)->rx_req = NULL;
 			PEER(i)->rx_dest = NULL; /* discard the rest */
 		}
@@ -412,7 +415,7 @@ dr_err dri_match_stale(const dri_msg_id *id, int64_t waited_ms)
 	for (int i = 0; i < dri_links.size; i++) {
 		struct dri_peer *p = PEER(i);
 
-		if (p->parked && !p->rx.id.group_id && p->rx.id.coll != DRI_P2P &&
+		if (p && p->parked && !p->rx.id.group_id && p->rx.id.coll != DRI_P2P &&
 		    (p->rx.id.seq < id->seq ||
 		     (p->rx.id.seq == id->seq && waited_ms >= DRI_LATE_MS)) &&
 		    (e = check_match(&r, i, &p->rx.id, p->rx.len)))

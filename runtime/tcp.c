@@ -10,8 +10,10 @@
  * handshake: both ends prove the job's transport key, bound to both ranks
  * and fresh nonces, before a byte of anything else is read.  Until then an
  * incoming connection holds a fixed-size buffer, at most PENDING_MAX of
- * them are kept (the oldest goes first), and each is dropped after
- * DRI_HS_MS.  When two ranks connect to each other at once, the
+ * them are kept (when all are taken, the oldest goes once it has had
+ * HS_GRACE_MS; until then new ones wait in the kernel's backlog), and each
+ * is dropped after DRI_HS_MS; a peer whose connection is dropped before
+ * the handshake ended connects again (RECONNECT_MAX times).  When two ranks connect to each other at once, the
  * connection opened by the lower rank wins: the acceptor answers the
  * proof with one byte, 1 (kept) or 0 (dropped).
  *
@@ -43,6 +45,8 @@
 #define PENDING_MAX 64   /* incoming connections not yet authenticated */
 #define RECONNECT_MAX 50 /* connections dropped before the handshake ended */
 #define PAUSE_MS 100     /* not watching the listener, at EMFILE */
+#define HS_GRACE_MS 250  /* a pending connection's time before it may be
+			  * dropped to make room */
 #define SOCKBUF (4 << 20)
 
 /* An incoming connection that has not proved the key yet. */
@@ -73,7 +77,6 @@ static struct {
 };
 
 #define RANK dri_links.rank
-#define PEER(i) (&dri_links.peer[i])
 
 /* ---------------------------------------------------------- sockets */
 
@@ -277,7 +280,7 @@ void dri_tcp_settle(void)
 		for (int i = 0; i < dri_links.size; i++) {
 			struct dri_peer *p = PEER(i);
 			int q = 0;
-			if (p->fd < 0 || p->state != P_UP ||
+			if (!p || p->fd < 0 || p->state != P_UP ||
 			    p->ops != &dri_link_tcp)
 				continue;
 			dri_tcp_drain(p);
@@ -422,8 +425,8 @@ static dr_err on_ack(int i, int *up)
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return DR_OK;
-	if (n <= 0)
-		return dri_peer_lost(i, "closed during the handshake");
+	if (n <= 0) /* dropped for room before it read our proof? */
+		return hs_retry(i, "closed during the handshake");
 	if (c == 1) {
 		peer_up(i, p->fd);
 		*up = i;
@@ -469,9 +472,29 @@ static void pending_compact(void)
 	tcp.npend = w;
 }
 
+/* When the listener may be served again: at once while a pending slot
+ * is free; when they are all taken, once the oldest has had HS_GRACE_MS
+ * to prove the key.  A real peer answers at once, so the room a flood of
+ * idle connections takes is short; but thousands of real peers that
+ * connect at once (4096 ranks sending to rank 0) wait in the kernel's
+ * backlog instead of being accepted and dropped unheard by the hundred. */
+static int64_t room_at(void)
+{
+	if (tcp.npend < PENDING_MAX)
+		return 0;
+	return tcp.pend[0].deadline - DRI_HS_MS + HS_GRACE_MS;
+}
+
 static void on_accept(void)
 {
 	for (;;) {
+		if (tcp.npend >= PENDING_MAX) {
+			if (dri_now_ms() < room_at())
+				return; /* the rest wait in the backlog */
+			/* The oldest goes: too slow for a real peer. */
+			pending_close(0);
+			pending_compact();
+		}
 		int fd = dri_net_accept(tcp.listen_fd, &tcp.reserve_fd,
 					tcp.npend > 0);
 		int one = 1;
@@ -488,12 +511,6 @@ static void on_accept(void)
 		}
 		if (fd < 0)
 			return;
-		if (tcp.npend >= PENDING_MAX) {
-			/* The oldest goes: a real peer answers at once, a
-			 * flood of idle connections only pushes itself out. */
-			pending_close(0);
-			pending_compact();
-		}
 		if (tcp.npend == tcp.cap_pend) {
 			int cap = tcp.cap_pend ? 2 * tcp.cap_pend : 16;
 			struct pending *np = realloc(tcp.pend, cap * sizeof(*np));
@@ -552,7 +569,9 @@ static int on_pending(int k, int *up)
 	if (!dri_hs_verify(&pe->hs, tcp.key, pe->buf))
 		goto drop;
 	r = pe->rank;
-	struct dri_peer *p = PEER(r);
+	struct dri_peer *p = dri_peer_get(r);
+	if (!p)
+		goto drop; /* out of memory: it tries again */
 	if (p->state == P_GONE || p->state == P_UP)
 		ack = 0;
 	else if (r < RANK)
@@ -581,11 +600,15 @@ int dri_tcp_npoll(void)
 int dri_tcp_poll_add(struct pollfd *pfd, int *who, int n, int64_t now,
 		     int *wait_ms)
 {
-	if (tcp.listen_fd >= 0 && now >= tcp.pause_until) {
+	int64_t until = tcp.pause_until > room_at() ? tcp.pause_until :
+			room_at();
+
+	if (tcp.listen_fd >= 0 && now >= until) {
 		pfd[n] = (struct pollfd){ tcp.listen_fd, POLLIN, 0 };
 		who[n++] = DRI_TCP_LISTENER;
-	} else if (tcp.listen_fd >= 0 && *wait_ms > tcp.pause_until - now) {
-		*wait_ms = (int)(tcp.pause_until - now);
+	} else if (tcp.listen_fd >= 0 && (*wait_ms < 0 ||
+					  *wait_ms > until - now)) {
+		*wait_ms = (int)(until - now);
 	}
 	for (int k = 0; k < tcp.npend; k++) {
 		int64_t left = tcp.pend[k].deadline - now;

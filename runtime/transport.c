@@ -91,7 +91,6 @@ static struct {
 
 #define RANK dri_links.rank
 #define SIZE dri_links.size
-#define PEER(i) (&dri_links.peer[i])
 
 static void abort_locked(dr_err err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -159,11 +158,17 @@ dr_err dri_transport_listen(const char *host, int rank, int world_size,
 	return DR_OK;
 }
 
+static const struct dri_link_ops *link_of(int i)
+{
+	return dri_shm_is_peer(i) ? &dri_link_shm : &dri_link_tcp;
+}
+
 dr_err dri_transport_start(char **addrs, const uint8_t key[32])
 {
 	dr_err err;
 
 	pthread_mutex_lock(&loop.mu);
+	dri_links.link_of = link_of;
 	dri_links.peer = calloc((size_t)SIZE, sizeof(*dri_links.peer));
 	if (!dri_links.peer) {
 		pthread_mutex_unlock(&loop.mu);
@@ -177,11 +182,17 @@ dr_err dri_transport_start(char **addrs, const uint8_t key[32])
 		pthread_mutex_unlock(&loop.mu);
 		return err;
 	}
-	for (int i = 0; i < SIZE; i++) {
-		PEER(i)->fd = -1;
-		PEER(i)->ops = dri_shm_is_peer(i) ? &dri_link_shm : &dri_link_tcp;
-		PEER(i)->state = PEER(i)->ops->start(i);
-	}
+	/* A peer in shared memory is up at once (its ring may bring
+	 * bytes before we deal with it): its record is made now; the
+	 * others' when first used. */
+	for (int i = 0; i < SIZE; i++)
+		if (i != RANK && dri_shm_is_peer(i) && !dri_peer_get(i)) {
+			err = DR_ENOMEM;
+			dri_peers_free();
+			dri_shm_stop();
+			pthread_mutex_unlock(&loop.mu);
+			return err;
+		}
 	dri_tcp_start(addrs, key, dri_shm_ntcp());
 	__atomic_store_n(&loop.abort_err, DR_OK, __ATOMIC_RELEASE);
 	loop.abort_msg[0] = 0;
@@ -199,6 +210,8 @@ static void fail_all_locked(dr_err err)
 	dri_match_fail_all(err);
 	for (int i = 0; dri_links.peer && i < SIZE; i++) {
 		struct dri_peer *p = PEER(i);
+		if (!p)
+			continue;
 		for (r = p->sq_head; r; r = next) {
 			next = r->next;
 			r->next = NULL;
@@ -233,6 +246,8 @@ static void vabort_locked(dr_err err, const char *fmt, va_list ap)
 	h.len = strlen(loop.abort_msg);
 	for (int i = 0; dri_links.peer && i < SIZE; i++) {
 		struct dri_peer *p = PEER(i);
+		if (!p)
+			continue;
 		int torn = p->shdr_ready && (p->shdr_done ||
 					     (p->sq_head && p->sq_head->done));
 		/* A half-written frame cannot be followed by another: finish
@@ -312,7 +327,7 @@ dr_err dri_transport_check(void)
 /* Peer i's connection came up (tcp.c): what waits for it goes out. */
 static void peer_up_locked(int i)
 {
-	if (i >= 0 && PEER(i)->sq_head)
+	if (i >= 0 && PEER(i) && PEER(i)->sq_head)
 		fail_locked(dri_frames_flush(i));
 }
 
@@ -337,8 +352,12 @@ static void flush_locked(int i)
 /* Makes sure a request to or from peer i can progress. */
 static int peer_usable(int i, const char *what)
 {
-	struct dri_peer *p = PEER(i);
+	struct dri_peer *p = dri_peer_get(i);
 
+	if (!p) {
+		abort_locked(DR_ENOMEM, "%s", dr_last_error());
+		return 0;
+	}
 	if (p->state == P_GONE) {
 		abort_locked(DR_EPEER, "rank %d: cannot %s rank %d: it has "
 			     "left the process group", RANK, what, i);
@@ -425,9 +444,11 @@ void dri_give_up(const dri_msg_id *id, int peer)
 
 	pthread_mutex_lock(&loop.mu);
 	if (!loop.on || loop.abort_err || peer < 0 || peer >= SIZE ||
-	    peer == RANK || PEER(peer)->state == P_GONE)
+	    peer == RANK)
 		goto out;
-	p = PEER(peer);
+	p = dri_peer_get(peer);
+	if (!p || p->state == P_GONE)
+		goto out; /* (out of memory: the monitor still fails the call) */
 	if (p->gave_busy && !p->gave_req.complete)
 		goto out; /* one in flight: the peer is far behind anyway */
 	/* Not connected: it waits in the queue, without a connection of
@@ -473,7 +494,7 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 	/* A parked message of another kind stands in front of what this
 	 * receive waits for: read it into a buffer. */
 	for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? SIZE : peer + 1); i++)
-		if (PEER(i)->parked)
+		if (PEER(i) && PEER(i)->parked)
 			unpark_locked(i, NULL);
 	/* Connect to the sender ourselves, so that its death is noticed
 	 * even if it never connects to us. */
@@ -516,7 +537,7 @@ static int poll_once(int wait_ms)
 	n = dri_tcp_poll_add(loop.pfd, loop.pfd_who, n, now, &wait_ms);
 	for (int i = 0; i < SIZE; i++) {
 		struct dri_peer *p = PEER(i);
-		int fd = p->ops->poll_fd(i);
+		int fd = p ? p->ops->poll_fd(i) : -1;
 		short ev;
 		if (fd < 0 || p->state == P_GONE)
 			continue;
@@ -538,7 +559,7 @@ static int poll_once(int wait_ms)
 	loop.polling = 0;
 	if (rc == 0 && parked && wait_ms == PARK_MS)
 		for (int i = 0; i < SIZE && !loop.abort_err; i++)
-			if (PEER(i)->parked)
+			if (PEER(i) && PEER(i)->parked)
 				unpark_locked(i, NULL); /* see PARK_MS */
 	if (rc >= 0 && !loop.abort_err) {
 		now = dri_now_ms();
@@ -837,7 +858,8 @@ void dri_transport_stop(void)
 	while (!loop.abort_err && dri_now_ms() < deadline) {
 		int busy = 0;
 		for (int i = 0; i < SIZE; i++)
-			if (PEER(i)->sq_head && PEER(i)->state != P_GONE &&
+			if (PEER(i) && PEER(i)->sq_head &&
+			    PEER(i)->state != P_GONE &&
 			    PEER(i)->state != P_NONE) /* dri_give_up's */
 				busy = 1;
 		if (!busy)
@@ -848,7 +870,7 @@ void dri_transport_stop(void)
 		cond_wait_ms(100);
 	for (int i = 0; i < SIZE; i++) {
 		struct dri_peer *p = PEER(i);
-		if (p->state == P_UP && !loop.abort_err && !p->shdr_ready) {
+		if (p && p->state == P_UP && !loop.abort_err && !p->shdr_ready) {
 			dri_wire_hdr h;
 			memset(&h, 0, sizeof(h));
 			h.magic = DRI_WIRE_MAGIC;
@@ -862,6 +884,8 @@ void dri_transport_stop(void)
 		dri_tcp_settle();
 	for (int i = 0; i < SIZE; i++) {
 		struct dri_peer *p = PEER(i);
+		if (!p)
+			continue;
 		dri_tcp_drain(p);
 		dri_peer_close(p);
 		p->state = P_GONE;
@@ -873,10 +897,7 @@ void dri_transport_stop(void)
 	if (loop.wake_fd >= 0)
 		close(loop.wake_fd);
 	loop.wake_fd = -1;
-	for (int i = 0; i < SIZE; i++)
-		free(PEER(i)->stage);
-	free(dri_links.peer);
-	dri_links.peer = NULL;
+	dri_peers_free();
 	dri_shm_stop();
 	free(loop.pfd);
 	free(loop.pfd_who);

@@ -33,7 +33,6 @@
 
 #define RANK dri_links.rank
 #define SIZE dri_links.size
-#define PEER(i) (&dri_links.peer[i])
 
 /* "; not yet in this call: rank 5 (...)" for a timeout's message: the rank
  * we wait on may only be the neighbour of the one that holds the call up
@@ -67,6 +66,8 @@ static void cancel_locked(dri_req *r)
 		dri_match_cancel(r);
 	} else if (r->peer >= 0 && r->peer < SIZE) {
 		struct dri_peer *p = PEER(r->peer);
+		if (!p)
+			return; /* (never queued: it was failed at once) */
 		dri_req **pp = &p->sq_head, *prev = NULL;
 		for (; *pp && *pp != r; prev = *pp, pp = &(*pp)->next)
 			;
@@ -168,7 +169,7 @@ dr_err dri_transport_flag_wait(const dri_msg_id *id, int (*waiting_for)(void *),
 			break;
 		if (late != shown) /* for the launcher: the rank we wait for */
 			dri_ctl_wait(shown = late, 0);
-		if (PEER(late)->state == P_GONE) {
+		if (PEER(late) && PEER(late)->state == P_GONE) {
 			/* It said goodbye (destroy, or a return from main)
 			 * before it came: its flag will not move, and its
 			 * death is no longer watched. */
