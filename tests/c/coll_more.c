@@ -14,8 +14,9 @@
  *   async          many operations in flight, waited in scrambled order
  *   monitored HOW  ranks 1 and 3 skip a monitored barrier (HOW: all =
  *                  wait_all_ranks, first = not, root = rank 0 skips it)
- *   smoke          barrier, all_reduce, all_gather and (up to 64 ranks)
- *                  all_to_all, for large jobs
+ *   smoke          barrier, all_reduce, all_gather, (up to 64 ranks)
+ *                  all_to_all, and every rank sending to rank 0 at once,
+ *                  for large jobs
  *   order          asynchronous calls on two groups issued in opposite
  *                  orders on even and odd ranks all complete
  *   destroy        dr_destroy_process_group with subgroups left alive
@@ -717,6 +718,23 @@ static void mode_smoke(void)
 			if (all[r] != r * 1000 + rank)
 				FAIL("all_to_all: slot %d holds %d", r, all[r]);
 		free(in);
+	}
+	/* every rank sends to rank 0 at once: as many connections to one
+	 * listener as there are ranks (tcp.c's pending slots and backlog) */
+	if (rank == 0) {
+		uint8_t *seen = alloc((size_t)world);
+		memset(seen, 0, (size_t)world);
+		for (int k = 1; k < world; k++) {
+			int32_t got = -1;
+			int src = -1;
+			CHECK_OK(dr_recv(&got, 1, DR_INT32, DR_ANY_SOURCE, 7, NULL,
+					 &src));
+			if (src <= 0 || src >= world || got != src || seen[src]++)
+				FAIL("fan-in: %d from rank %d", got, src);
+		}
+		free(seen);
+	} else {
+		CHECK_OK(dr_send(&me, 1, DR_INT32, 0, 7, NULL));
 	}
 	CHECK_OK(dr_barrier(NULL, NULL, NULL, 0));
 	free(all);
