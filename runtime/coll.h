@@ -279,18 +279,19 @@ dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather);
  * returns err if a post already failed, else the wait's status. */
 dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err);
 
-/* Scratch memory of n bytes (at least 1, so that a zero count still gets a
- * valid pointer); NULL with dr_last_error set when out of memory. */
-void *dri_scratch(size_t n);
-
-/* Scratch for data (large buffers): as dri_scratch, but released with
- * dri_scratch_put, which keeps a few blocks (DRI_SCRATCH_CACHE bytes at
+/* The one scratch memory of the collectives, for data and bookkeeping
+ * alike: n bytes (a zero n still gets a valid pointer), NULL with
+ * dr_last_error set when out of memory; given back with dri_scratch_put,
+ * which keeps a few blocks (SCRATCH_KEEP, DRI_SCRATCH_CACHE bytes at
  * most) for the next call.  Fresh memory costs a page fault per page on
- * first touch; at 64 MiB that was 6x the time of the collective itself.
- * Thread-safe; NULL is a no-op for put. */
+ * first touch; at 64 MiB that was 6x the time of the collective itself,
+ * so a call that needs scratch every time must not malloc it every time.
+ * Thread-safe; NULL is a no-op for put.  dri_scratch_drop frees the
+ * blocks kept (destroy). */
 #define DRI_SCRATCH_CACHE ((size_t)256 << 20)
 void *dri_scratch_get(size_t n);
 void dri_scratch_put(void *p);
+void dri_scratch_drop(void);
 
 /* p itself, or a valid dummy address when p is NULL (a zero count), so
  * that memcpy and friends never see NULL. */

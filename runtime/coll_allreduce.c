@@ -40,7 +40,7 @@ static dr_err allreduce_rd(dri_op *op)
 	while (pof2 * 2 <= p)
 		pof2 *= 2;
 	rem = p - pof2;
-	tmp = dri_scratch_keep(bytes);
+	tmp = dri_scratch_get(bytes);
 	if (!tmp)
 		return DR_ENOMEM;
 	if (r < 2 * rem) {
@@ -73,6 +73,7 @@ static dr_err allreduce_rd(dri_op *op)
 	}
 	if (!err)
 		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop, p);
+	dri_scratch_put(tmp);
 	return err;
 }
 
@@ -120,7 +121,7 @@ static dr_err allreduce_ring(dri_op *op)
 	/* A slot per step and piece, so that every receive of the call can
 	 * be posted before any data comes: all of it lands where it belongs
 	 * instead of in the unexpected queue. */
-	tmp = dri_scratch_keep(nreq * slot * es);
+	tmp = dri_scratch_get(nreq * slot * es);
 	rr = malloc(nreq * sizeof(*rr));
 	sr = malloc(nreq * sizeof(*sr));
 	ag = malloc(nreq * sizeof(*ag));
@@ -210,6 +211,7 @@ static dr_err allreduce_ring(dri_op *op)
 out:
 	if (err)
 		dri_abandon(err);
+	dri_scratch_put(tmp);
 	free(off);
 	free(rr);
 	free(sr);
@@ -299,7 +301,7 @@ static dr_err allreduce_halving(dri_op *op)
 		nar += range_pieces(off, dri_rd_start(r ^ d, d), d, pe);
 		nas += range_pieces(off, dri_rd_start(r, d), d, pe);
 	}
-	tmp = dri_scratch_keep(tlen * es);
+	tmp = dri_scratch_get(tlen * es);
 	rr = malloc(nrr * sizeof(*rr));
 	rs = malloc(nrs * sizeof(*rs));
 	ar = malloc(nar * sizeof(*ar));
@@ -370,6 +372,7 @@ static dr_err allreduce_halving(dri_op *op)
 out:
 	if (err)
 		dri_abandon(err);
+	dri_scratch_put(tmp);
 	free(off);
 	free(rr);
 	free(rs);

@@ -46,7 +46,7 @@ static dr_err all_to_all_run(dri_op *op)
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
 	size_t es = dr_dtype_size(op->dtype);
-	size_t *soff = dri_scratch((size_t)(p + 1) * 2 * sizeof(*soff));
+	size_t *soff = dri_scratch_get((size_t)(p + 1) * 2 * sizeof(*soff));
 	size_t *roff = soff ? soff + p + 1 : NULL;
 	const char *in = op->sendbuf;
 	char *out = op->buf, *copy = NULL;
@@ -118,7 +118,7 @@ static dr_err all_to_all_run(dri_op *op)
 	}
 out:
 	dri_scratch_put(copy);
-	free(soff);
+	dri_scratch_put(soff);
 	return err;
 }
 

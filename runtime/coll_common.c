@@ -213,13 +213,6 @@ dr_err dri_args_check(dri_entry e, const dri_args *a, dr_group **out)
 	return DR_OK;
 }
 
-void *dri_scratch(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-	if (!p)
-		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
-	return p;
-}
 
 
 dr_err dri_coll_wait(dri_req *reqs, int n, dr_err err)
@@ -296,7 +289,7 @@ dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather)
 	if (r != root)
 		return gather ? dri_send(&op->id, dri_peer(g, root), op->sendbuf, blk)
 			      : dri_recv(&op->id, dri_peer(g, root), op->buf, blk);
-	reqs = dri_scratch((size_t)p * sizeof(*reqs));
+	reqs = dri_scratch_get((size_t)p * sizeof(*reqs));
 	if (!reqs)
 		return DR_ENOMEM;
 	for (int i = 0; i < p && !err; i++) {
@@ -316,7 +309,7 @@ dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather)
 	if (!err)
 		memmove(gather ? all + (size_t)r * blk : op->buf,
 			gather ? op->sendbuf : all + (size_t)r * blk, blk);
-	free(reqs);
+	dri_scratch_put(reqs);
 	return err;
 }
 
@@ -404,4 +397,17 @@ void dri_scratch_put(void *p)
 	}
 	pthread_mutex_unlock(&scratch_mu);
 	free(b);
+}
+
+void dri_scratch_drop(void)
+{
+	pthread_mutex_lock(&scratch_mu);
+	while (scratch_free) {
+		union scratch_hdr *b = scratch_free;
+		scratch_free = b->h.next;
+		free(b);
+	}
+	scratch_bytes = 0;
+	scratch_n = 0;
+	pthread_mutex_unlock(&scratch_mu);
 }

@@ -76,7 +76,7 @@ static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
 	int p = g->size, r = g->rank, n = p - 1, nrecv = 0, nsent = 0;
 	int right = dri_peer(g, dri_mod(r + 1, p));
 	int left = dri_peer(g, dri_mod(r - 1, p));
-	dri_req *rr = dri_scratch(2 * (size_t)n * sizeof(*rr)), *sr = rr ? rr + n : NULL;
+	dri_req *rr = dri_scratch_get(2 * (size_t)n * sizeof(*rr)), *sr = rr ? rr + n : NULL;
 	dr_err err = DR_ENOMEM;
 
 	if (!rr)
@@ -114,7 +114,7 @@ static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
 	}
 	if (err && nrecv)
 		dri_waitall(rr, nrecv);
-	free(rr);
+	dri_scratch_put(rr);
 	return err;
 }
 

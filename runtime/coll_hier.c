@@ -255,7 +255,7 @@ static dr_err local_fan(const dri_op *op, const hier_plan *h, int me, int up)
 	if (me != h->leader)
 		return up ? dri_send(&op->id, h->leader, NULL, 0)
 			  : dri_recv(&op->id, h->leader, NULL, 0);
-	reqs = dri_scratch((size_t)n * sizeof(*reqs));
+	reqs = dri_scratch_get((size_t)n * sizeof(*reqs));
 	if (!reqs)
 		return DR_ENOMEM;
 	for (int i = 0; i < n && !err; i++) {
@@ -269,7 +269,7 @@ static dr_err local_fan(const dri_op *op, const hier_plan *h, int me, int up)
 			k++;
 	}
 	err = dri_coll_wait(reqs, k, err);
-	free(reqs);
+	dri_scratch_put(reqs);
 	return err;
 }
 
@@ -304,7 +304,7 @@ static dr_err gather_leaders(const dri_op *op, const hier_plan *h, int me,
 {
 	const dr_group *g = op->group;
 	int p = g->size, nh = h->leaders.size, mine = h->leaders.rank, k = 0;
-	dri_req *reqs = dri_scratch((size_t)(p + 2 * nh) * sizeof(*reqs));
+	dri_req *reqs = dri_scratch_get((size_t)(p + 2 * nh) * sizeof(*reqs));
 	dr_err err = DR_OK;
 
 	if (!reqs)
@@ -343,7 +343,7 @@ static dr_err gather_leaders(const dri_op *op, const hier_plan *h, int me,
 	for (int i = 0; i < p && !err; i++)
 		dri_copy((char *)op->buf + (size_t)i * blk,
 			 pack + (size_t)slot[i] * blk, blk);
-	free(reqs);
+	dri_scratch_put(reqs);
 	return err;
 }
 
@@ -365,7 +365,7 @@ dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast)
 	 * host after the other (leaders' order), each host's in group
 	 * order; run[j] .. run[j + 1]: host j's places.  Every rank knows
 	 * the map, so no counts travel. */
-	slot = dri_scratch((size_t)(p + nh + 1) * sizeof(int));
+	slot = dri_scratch_get((size_t)(p + nh + 1) * sizeof(int));
 	if (!slot) {
 		err = DR_ENOMEM;
 		goto out;
@@ -383,7 +383,7 @@ dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast)
 	for (int j = 0; j < nh; j++)
 		run[j + 1] += run[j];
 	{
-		int *next = dri_scratch((size_t)nh * sizeof(int));
+		int *next = dri_scratch_get((size_t)nh * sizeof(int));
 
 		if (!next) {
 			err = DR_ENOMEM;
@@ -392,7 +392,7 @@ dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast)
 		memcpy(next, run, (size_t)nh * sizeof(int));
 		for (int i = 0; i < p; i++)
 			slot[i] = next[slot[i]]++;
-		free(next);
+		dri_scratch_put(next);
 	}
 	if (me != h.leader) {
 		err = dri_send(&op->id, h.leader, op->sendbuf, blk);
@@ -409,7 +409,7 @@ dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast)
 	}
 out:
 	dri_scratch_put(pack);
-	free(slot);
+	dri_scratch_put(slot);
 	free(h.mem);
 	return err;
 }

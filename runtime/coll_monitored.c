@@ -52,7 +52,7 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 {
 	const dr_group *g = op->group;
 	int p = g->size, nsend = 0;
-	dri_req *reqs = dri_scratch((size_t)(2 * p) * sizeof(*reqs));
+	dri_req *reqs = dri_scratch_get((size_t)(2 * p) * sizeof(*reqs));
 	dri_req *sends = reqs ? reqs + p : NULL;
 	char verdict[VERDICT_LEN] = "";
 	dr_err err;
@@ -91,7 +91,7 @@ static dr_err monitored_root(const dri_op *op, int wait_all)
 	if (!err && verdict[0])
 		err = dri_fail(DR_ETIMEDOUT, "%s", verdict);
 out:
-	free(reqs);
+	dri_scratch_put(reqs);
 	return err;
 }
 

@@ -60,8 +60,8 @@ static dr_err reduce_large(const dri_op *op, int root)
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
 	size_t es = dr_dtype_size(op->dtype);
-	size_t *off = dri_scratch((size_t)(p + 1) * sizeof(*off));
-	dri_req *reqs = dri_scratch((size_t)p * sizeof(*reqs));
+	size_t *off = dri_scratch_get((size_t)(p + 1) * sizeof(*off));
+	dri_req *reqs = dri_scratch_get((size_t)p * sizeof(*reqs));
 	char *mine = NULL, *buf = op->buf;
 	int nreq = 0;
 	dr_err err = DR_ENOMEM;
@@ -96,8 +96,8 @@ static dr_err reduce_large(const dri_op *op, int root)
 		dri_copy(buf + off[r] * es, mine, (off[r + 1] - off[r]) * es);
 out:
 	dri_scratch_put(mine);
-	free(reqs);
-	free(off);
+	dri_scratch_put(reqs);
+	dri_scratch_put(off);
 	return err;
 }
 

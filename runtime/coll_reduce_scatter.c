@@ -140,7 +140,7 @@ static dr_err reduce_scatter_run(dri_op *op)
 
 	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
 		return err;
-	off = dri_scratch((size_t)(p + 1) * sizeof(*off));
+	off = dri_scratch_get((size_t)(p + 1) * sizeof(*off));
 	if (!off)
 		goto out;
 	for (int i = 0; i <= p; i++)
@@ -159,7 +159,7 @@ static dr_err reduce_scatter_run(dri_op *op)
 		dri_copy(op->buf, own, n);
 out:
 	dri_scratch_put(own);
-	free(off);
+	dri_scratch_put(off);
 	return err;
 }
 

@@ -95,11 +95,11 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 		return err;
 	}
 	/* A few words (the small calls' path: all_reduce_tiny, a rooted
-	 * reduce in records) sum on the stack: the thread's scratch costs
-	 * more than the sum. */
+	 * reduce in records) sum on the stack: scratch costs more than the
+	 * sum. */
 	if (n * es <= sizeof(small))
 		acc = (char *)small;
-	else if (!(acc = dri_scratch_keep(ACC_BYTES)))
+	else if (!(acc = dri_scratch_get(ACC_BYTES)))
 		return DR_ENOMEM;
 	for (size_t a = 0; a < n && !err; a += step) {
 		size_t k = n - a < step ? n - a : step;
@@ -112,6 +112,8 @@ static dr_err reduce_ordered(const struct call *c, char *out, char *out2,
 		if (out2)
 			dri_copy(out2 + a * es, acc, k * es);
 	}
+	if (acc != (char *)small)
+		dri_scratch_put(acc);
 	return err;
 }
 

@@ -82,57 +82,6 @@ static struct {
 	.cv = PTHREAD_COND_INITIALIZER,
 };
 
-static _Thread_local void *scratch;
-static _Thread_local size_t scratch_len;
-/* The same pointer under a key whose destructor frees it: a program's
- * thread that made blocking calls and then exits leaves no scratch
- * behind (a _Thread_local pointer alone would be lost with it). */
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static int scratch_key_ok;
-
-static void scratch_key_make(void)
-{
-	scratch_key_ok = !pthread_key_create(&scratch_key, free);
-}
-
-void *dri_scratch_keep(size_t n)
-{
-	if (n && n <= scratch_len)
-		return scratch;
-	pthread_once(&scratch_once, scratch_key_make);
-	dri_scratch_release();
-	if (!scratch_key_ok) {
-		dri_fail(DR_ESYS, "no thread key for the scratch memory");
-		return NULL;
-	}
-	scratch = malloc(n ? n : 1);
-	if (!scratch) {
-		dri_fail(DR_ENOMEM, "out of memory for %zu bytes of scratch", n);
-		return NULL;
-	}
-	if (pthread_setspecific(scratch_key, scratch)) {
-		free(scratch);
-		scratch = NULL;
-		dri_fail(DR_ENOMEM, "out of memory for a thread's scratch key");
-		return NULL;
-	}
-	scratch_len = n;
-	return scratch;
-}
-
-void dri_scratch_release(void)
-{
-	if (!scratch)
-		return;
-	if (scratch_key_ok) /* NULL: never allocates, cannot fail */
-		(void)pthread_setspecific(scratch_key, NULL);
-	free(scratch);
-	scratch = NULL;
-	scratch_len = 0;
-}
-
-
 dr_group *dri_world(void)
 {
 	return sched.on ? &sched.world : NULL;
@@ -408,7 +357,6 @@ static void *group_main(void *arg)
 		timed_wait(1000);
 	}
 	pthread_mutex_unlock(&sched.mu);
-	dri_scratch_release();
 	return NULL;
 }
 

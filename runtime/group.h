@@ -76,17 +76,6 @@ dr_group *dri_group_create(uint32_t id, const int *ranks, int n);
  * group.c does not know are ignored. */
 void dri_group_free(dr_group *group);
 
-/* Scratch memory of at least n bytes, kept by the calling thread from one
- * call to the next: fresh pages cost a fault each (a 32 MiB buffer faulted
- * in costs more than sending it, on a busy VM), so a collective that needs
- * scratch every call should not malloc it every call.  Valid until the
- * thread's next dri_scratch_keep or dri_scratch_release; NULL with the
- * message set when out of memory. */
-void *dri_scratch_keep(size_t n);
-/* Frees the calling thread's kept scratch (the progress thread at exit,
- * the caller at destroy). */
-void dri_scratch_release(void);
-
 /* Group state at init and destroy (init.c calls these). */
 dr_err dri_groups_init(int rank, int world_size);
 /* Waits (up to the timeout) for every queued asynchronous call, stops

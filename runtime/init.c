@@ -42,6 +42,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "coll.h"
 #include "ctl.h"
 #include "error.h"
 #include "group.h"
@@ -556,7 +557,7 @@ dr_err dr_destroy_process_group(void)
 				"process group has not been initialized");
 	dri_groups_shutdown();
 	dri_transport_stop();
-	dri_scratch_release();
+	dri_scratch_drop();
 	dri_ctl_detach();
 	dri_kv_close(&pgroup.kv);
 	dri_store_server_stop(pgroup.srv);
