@@ -265,11 +265,40 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 		 dr_group *g, const void *sendbuf, void *buf, size_t count,
 		 dr_dtype dtype, int redop, int root);
 
-/* Runs gather or scatter (op->root its root): a copy on a group of one,
- * tree(op, root index, piece bytes) for small messages, direct() for large
- * ones. */
+/* ---------------------------------------- choosing the algorithm
+ * coll_select.c: one table, a row per collective (quick, shared memory,
+ * two levels, flat by size).  dri_coll_run is every collective's run
+ * (dri_coll_op); dri_coll_quick the entry points' try of the quick path
+ * (1 with *err set when taken, 0 to take the usual way). */
+dr_err dri_coll_run(dri_op *op);
+int dri_coll_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
+		   dr_op redop, dr_err *err);
+
+/* ------------------------------------------------- the algorithms
+ * Each runs op over messages, whatever its size; coll_select.c chooses. */
+dr_err dri_barrier_dissemination(dri_op *op);
+dr_err dri_all_reduce_rd(dri_op *op);      /* recursive doubling */
+dr_err dri_all_reduce_halving(dri_op *op); /* Rabenseifner, power of 2 */
+dr_err dri_all_reduce_ring(dri_op *op);
+dr_err dri_broadcast_binomial(dri_op *op); /* pipelined in pieces */
+/* reduce to group index root, not yet dri_reduce_finish'ed */
+dr_err dri_reduce_tree(const dri_op *op, int root);
+dr_err dri_reduce_pieces(const dri_op *op, int root); /* rs + gather */
+/* all_gather into out (blocks of blk bytes); ring places our own block,
+ * rd and bruck expect it in place */
+dr_err dri_all_gather_ring(const dri_op *op, char *out, size_t blk);
+dr_err dri_all_gather_rd(const dri_op *op, char *out, size_t blk);
+dr_err dri_all_gather_bruck(const dri_op *op, char *out, size_t blk);
+/* gather and scatter (root: group index; blk: bytes a rank) */
 typedef dr_err (*dri_rooted_fn)(const dri_op *op, int root, size_t blk);
-dr_err dri_rooted_run(dri_op *op, dri_rooted_fn tree, dri_rooted_fn direct);
+dr_err dri_gather_tree(const dri_op *op, int root, size_t blk);
+dr_err dri_gather_direct(const dri_op *op, int root, size_t blk);
+dr_err dri_scatter_tree(const dri_op *op, int root, size_t blk);
+dr_err dri_scatter_direct(const dri_op *op, int root, size_t blk);
+/* reduce_scatter of equal blocks (its scratch, in place, the finish) */
+dr_err dri_reduce_scatter_equal(dri_op *op);
+dr_err dri_all_to_all_pairwise(dri_op *op); /* and all_to_all_v */
+dr_err dri_monitored_run(dri_op *op);
 
 /* The large-message gather (gather != 0) or scatter: every piece goes
  * directly between the root and its rank, the root posting all at once. */
@@ -299,7 +328,9 @@ void *dri_or_empty(const void *p);
 
 /* Reduce-scatter of in (whose blocks are cut at off[0 .. p]) over the
  * group of op: out receives block r of the reduction (not yet
- * dri_reduce_finish'ed).  in is only read; out must not overlap it. */
+ * dri_reduce_finish'ed).  in is only read; out must not overlap it.
+ * A step of two collectives (reduce_scatter, a large reduce), it picks
+ * its own way: halving when small on a power of two, else pairwise. */
 dr_err dri_reduce_scatter_blocks(const dri_op *op, const void *in,
 				 const size_t *off, void *out);
 

@@ -24,12 +24,10 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_shm.h"
-#include "coll_hier.h"
 
 #define RING_PIECE ((size_t)512 << 10)
 
-static dr_err allreduce_rd(dri_op *op)
+dr_err dri_all_reduce_rd(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank, pof2 = 1, rem, newr;
@@ -87,7 +85,7 @@ static void piece(const size_t *off, size_t pe, int b, size_t j,
 	*n = s >= off[b + 1] ? 0 : (off[b + 1] - s < pe ? off[b + 1] - s : pe);
 }
 
-static dr_err allreduce_ring(dri_op *op)
+dr_err dri_all_reduce_ring(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank, steps = p - 1;
@@ -275,7 +273,7 @@ static dr_err post_range_sends(const dri_op *op, int peer, const size_t *off,
  * around the ring: when ranks outnumber cores, a pair can finish a step
  * while the others wait for a core, instead of the whole ring waiting for
  * its slowest member at every step. */
-static dr_err allreduce_halving(dri_op *op)
+dr_err dri_all_reduce_halving(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
@@ -379,50 +377,4 @@ out:
 	free(ar);
 	free(as);
 	return err;
-}
-
-static dr_err allreduce_flat(dri_op *op)
-{
-	size_t bytes = op->count * dr_dtype_size(op->dtype);
-	dr_err err;
-
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
-	if (op->group->size == 1) {
-		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop, 1);
-		return DR_OK;
-	}
-	if (bytes <= DRI_COLL_SMALL_BYTES || op->count < (size_t)op->group->size)
-		return allreduce_rd(op);
-	if (dri_is_pow2(op->group->size))
-		return allreduce_halving(op);
-	return allreduce_ring(op);
-}
-
-static dr_err allreduce_run(dri_op *op)
-{
-	if (dri_hier_wanted(op))
-		return dri_hier_all_reduce(op, dri_reduce_flat, allreduce_flat,
-					   dri_broadcast_flat);
-	return allreduce_flat(op);
-}
-
-dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
-		     dr_group *group, dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .op = (int)redop,
-			.buf1 = buf, .count = count, .work = work };
-	dri_op op;
-	dr_group *g;
-	dr_err err = dri_args_check(DRI_E_ALL_REDUCE, &a, &g);
-
-	if (err)
-		return err;
-	if (!work && g == dri_world() &&
-	    dri_shm_quick(DRI_ALL_REDUCE, buf, count, dtype, redop, &err))
-		return err;
-	memset(&op, 0, sizeof(op));
-	dri_coll_op(&op, allreduce_run, DRI_ALL_REDUCE, g, NULL, buf, count,
-		    dtype, (int)redop, -1);
-	return dri_submit(&op, work);
 }

@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_shm.h"
 #include "copy.h"
 
 /* Copies n bytes (no overlap) a MiB at a time, moving the network along
@@ -37,12 +36,8 @@ static void copy_progressing(char *dst, const char *src, size_t n)
 	}
 }
 
-static dr_err all_to_all_run(dri_op *op)
+dr_err dri_all_to_all_pairwise(dri_op *op)
 {
-	dr_err shm_err;
-
-	if (dri_shm_coll(op, &shm_err)) /* all on one host: coll_shm.c */
-		return shm_err;
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
 	size_t es = dr_dtype_size(op->dtype);
@@ -120,49 +115,4 @@ out:
 	dri_scratch_put(copy);
 	dri_scratch_put(soff);
 	return err;
-}
-
-static dr_err all_to_all_submit(dri_entry e, const void *sendbuf,
-				const size_t *send_counts, void *recvbuf,
-				const size_t *recv_counts, size_t count,
-				dr_dtype dtype, dr_group *group, dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .buf1 = sendbuf,
-			.buf2 = recvbuf, .count = count,
-			.send_counts = send_counts, .recv_counts = recv_counts,
-			.work = work };
-	dri_op op = { 0 };
-	dr_group *g;
-	dr_err err = dri_args_check(e, &a, &g);
-
-	if (err)
-		return err;
-	if (send_counts) {
-		op.counts = malloc(2 * (size_t)g->size * sizeof(*op.counts));
-		if (!op.counts)
-			return dri_fail(DR_ENOMEM, "%s: out of memory",
-					dri_entry_name(e));
-		memcpy(op.counts, send_counts, (size_t)g->size * sizeof(size_t));
-		memcpy(op.counts + g->size, recv_counts,
-		       (size_t)g->size * sizeof(size_t));
-	}
-	dri_coll_op(&op, all_to_all_run,
-		    send_counts ? DRI_ALL_TO_ALL_V : DRI_ALL_TO_ALL, g, sendbuf,
-		    recvbuf, count, dtype, -1, -1);
-	return dri_submit(&op, work);
-}
-
-dr_err dr_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
-		     dr_dtype dtype, dr_group *group, dr_work **work)
-{
-	return all_to_all_submit(DRI_E_ALL_TO_ALL, sendbuf, NULL, recvbuf, NULL,
-				 count, dtype, group, work);
-}
-
-dr_err dr_all_to_all_v(const void *sendbuf, const size_t *send_counts,
-		       void *recvbuf, const size_t *recv_counts,
-		       dr_dtype dtype, dr_group *group, dr_work **work)
-{
-	return all_to_all_submit(DRI_E_ALL_TO_ALL_V, sendbuf, send_counts,
-				 recvbuf, recv_counts, 0, dtype, group, work);
 }

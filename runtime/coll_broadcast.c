@@ -13,12 +13,10 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_shm.h"
-#include "coll_hier.h"
 
 #define BCAST_PIECE ((size_t)512 << 10)
 
-dr_err dri_broadcast_flat(dri_op *op)
+dr_err dri_broadcast_binomial(dri_op *op)
 {
 	const dr_group *g = op->group;
 	int p = g->size, root = dri_group_index(g, op->root);
@@ -32,8 +30,6 @@ dr_err dri_broadcast_flat(dri_op *op)
 
 	if (p == 1)
 		return DR_OK;
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
 	for (int m = lim >> 1; m >= 1; m >>= 1)
 		if (vr + m < p)
 			child[nc++] = dri_peer(g, dri_mod(vr + m + root, p));
@@ -73,28 +69,4 @@ out:
 	free(rr);
 	free(sr);
 	return err;
-}
-
-static dr_err broadcast_run(dri_op *op)
-{
-	if (dri_hier_wanted(op))
-		return dri_hier_broadcast(op, dri_broadcast_flat);
-	return dri_broadcast_flat(op);
-}
-
-dr_err dr_broadcast(void *buf, size_t count, dr_dtype dtype, int src,
-		    dr_group *group, dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .root = src,
-			.buf1 = buf, .count = count, .work = work };
-	dri_op op;
-	dr_group *g;
-	dr_err err = dri_args_check(DRI_E_BROADCAST, &a, &g);
-
-	if (err)
-		return err;
-	memset(&op, 0, sizeof(op));
-	dri_coll_op(&op, broadcast_run, DRI_BROADCAST, g, NULL, buf, count,
-		    dtype, -1, src);
-	return dri_submit(&op, work);
 }

@@ -263,21 +263,6 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
 		dri_cuda_stage_op(op);
 }
 
-dr_err dri_rooted_run(dri_op *op, dri_rooted_fn tree, dri_rooted_fn direct)
-{
-	const dr_group *g = op->group;
-	int root = dri_group_index(g, op->root);
-	size_t blk = op->count * dr_dtype_size(op->dtype);
-
-	if (g->size == 1) {
-		memmove(op->buf, op->sendbuf, blk);
-		return DR_OK;
-	}
-	if (blk * (size_t)g->size <= DRI_COLL_SMALL_BYTES)
-		return tree(op, root, blk);
-	return direct(op, root, blk);
-}
-
 dr_err dri_rooted_direct(const dri_op *op, int root, size_t blk, int gather)
 {
 	const dr_group *g = op->group;

@@ -15,11 +15,9 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_hier.h"
-#include "coll_shm.h"
 #include "copy.h"
 
-static dr_err all_gather_rd(const dri_op *op, char *out, size_t blk)
+dr_err dri_all_gather_rd(const dri_op *op, char *out, size_t blk)
 {
 	const dr_group *g = op->group;
 	int r = g->rank;
@@ -37,7 +35,7 @@ static dr_err all_gather_rd(const dri_op *op, char *out, size_t blk)
 	return DR_OK;
 }
 
-static dr_err all_gather_bruck(const dri_op *op, char *out, size_t blk)
+dr_err dri_all_gather_bruck(const dri_op *op, char *out, size_t blk)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
@@ -70,7 +68,7 @@ out:
  * in.  (Cutting blocks in pieces forwarded one by one only absorbs the
  * skew between ranks, since every link is busy at every step anyway; on
  * 2 cores with 4 ranks 512 KiB pieces made a 64 MiB all_gather 4x slower.) */
-static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
+dr_err dri_all_gather_ring(const dri_op *op, char *out, size_t blk)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank, n = p - 1, nrecv = 0, nsent = 0;
@@ -118,35 +116,7 @@ static dr_err all_gather_ring(const dri_op *op, char *out, size_t blk)
 	return err;
 }
 
-static dr_err all_gather_flat(dri_op *op)
-{
-	const dr_group *g = op->group;
-	int p = g->size;
-	size_t blk = op->count * dr_dtype_size(op->dtype);
-	char *out = op->buf;
-	dr_err err;
-
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
-	if (p > 1 && blk * (size_t)p > DRI_COLL_SMALL_BYTES)
-		return all_gather_ring(op, out, blk); /* places our block itself */
-	if (out + (size_t)g->rank * blk != (const char *)op->sendbuf)
-		memmove(out + (size_t)g->rank * blk, op->sendbuf, blk);
-	if (p == 1)
-		return DR_OK;
-	if (dri_is_pow2(p))
-		return all_gather_rd(op, out, blk);
-	return all_gather_bruck(op, out, blk);
-}
-
-static dr_err all_gather_run(dri_op *op)
-{
-	if (dri_hier_wanted(op))
-		return dri_hier_all_gather(op, dri_broadcast_flat);
-	return all_gather_flat(op);
-}
-
-static dr_err gather_tree(const dri_op *op, int root, size_t blk)
+dr_err dri_gather_tree(const dri_op *op, int root, size_t blk)
 {
 	const dr_group *g = op->group;
 	int p = g->size, vr = dri_mod(g->rank - root, p);
@@ -186,50 +156,7 @@ out:
 	return err;
 }
 
-static dr_err gather_direct(const dri_op *op, int root, size_t blk)
+dr_err dri_gather_direct(const dri_op *op, int root, size_t blk)
 {
 	return dri_rooted_direct(op, root, blk, 1);
-}
-
-static dr_err gather_run(dri_op *op)
-{
-	dr_err err;
-
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
-	return dri_rooted_run(op, gather_tree, gather_direct);
-}
-
-/* The checks and dri_op of both calls; root is ignored for all_gather. */
-static dr_err gather_submit(dri_coll coll, const void *sendbuf,
-			    void *recvbuf, size_t count, dr_dtype dtype,
-			    int root, dr_group *group, dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .root = root,
-			.buf1 = sendbuf, .buf2 = recvbuf, .count = count,
-			.work = work };
-	dri_op op = { 0 };
-	dr_group *g;
-	dr_err err = dri_args_check(coll == DRI_ALL_GATHER ? DRI_E_ALL_GATHER :
-				    DRI_E_GATHER, &a, &g);
-
-	if (err)
-		return err;
-	dri_coll_op(&op, coll == DRI_ALL_GATHER ? all_gather_run : gather_run,
-		    coll, g, sendbuf, recvbuf, count, dtype, -1, root);
-	return dri_submit(&op, work);
-}
-
-dr_err dr_all_gather(const void *sendbuf, void *recvbuf, size_t count,
-		     dr_dtype dtype, dr_group *group, dr_work **work)
-{
-	return gather_submit(DRI_ALL_GATHER, sendbuf, recvbuf, count, dtype,
-			     -1, group, work);
-}
-
-dr_err dr_gather(const void *sendbuf, void *recvbuf, size_t count,
-		 dr_dtype dtype, int dst, dr_group *group, dr_work **work)
-{
-	return gather_submit(DRI_GATHER, sendbuf, recvbuf, count, dtype, dst,
-			     group, work);
 }

@@ -43,9 +43,4 @@ dr_err dri_hier_all_gather(dri_op *op, dri_flat_fn broadcast);
  * the whole result. */
 #define DRI_HIER_GATHER_BYTES DRI_COLL_SMALL_BYTES
 
-/* coll_reduce.c's and coll_broadcast.c's flat runs, which all_reduce's
- * two levels use too. */
-dr_err dri_reduce_flat(dri_op *op);
-dr_err dri_broadcast_flat(dri_op *op);
-
 #endif /* DRI_COLL_HIER_H */

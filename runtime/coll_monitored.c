@@ -128,7 +128,7 @@ static dr_err monitored_member(const dri_op *op)
 	return DR_OK;
 }
 
-static dr_err monitored_run(dri_op *op)
+dr_err dri_monitored_run(dri_op *op)
 {
 	int wait_all = op->count != 0;
 
@@ -136,21 +136,4 @@ static dr_err monitored_run(dri_op *op)
 		return DR_OK;
 	return op->group->rank == 0 ? monitored_root(op, wait_all)
 				    : monitored_member(op);
-}
-
-dr_err dr_monitored_barrier(dr_group *group, int64_t timeout_ms,
-			    int wait_all_ranks)
-{
-	dri_args a = { .group = group };
-	dri_op op = { 0 };
-	dr_group *g;
-	dr_err err = dri_args_check(DRI_E_MONITORED_BARRIER, &a, &g);
-
-	if (err)
-		return err;
-	dri_coll_op(&op, monitored_run, DRI_MONITORED_BARRIER, g, NULL, NULL,
-		    0, (dr_dtype)-1, -1, -1);
-	op.count = wait_all_ranks != 0; /* not part of the identity */
-	op.timeout_ms = timeout_ms > 0 ? timeout_ms : dri_timeout_ms();
-	return dri_submit(&op, NULL);
 }

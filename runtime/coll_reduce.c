@@ -14,11 +14,9 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_shm.h"
-#include "coll_hier.h"
 #include "copy.h"
 
-static dr_err reduce_tree(const dri_op *op, int root)
+dr_err dri_reduce_tree(const dri_op *op, int root)
 {
 	const dr_group *g = op->group;
 	int p = g->size, vr = dri_mod(g->rank - root, p);
@@ -55,7 +53,7 @@ out:
 	return err;
 }
 
-static dr_err reduce_large(const dri_op *op, int root)
+dr_err dri_reduce_pieces(const dri_op *op, int root)
 {
 	const dr_group *g = op->group;
 	int p = g->size, r = g->rank;
@@ -99,41 +97,4 @@ out:
 	dri_scratch_put(reqs);
 	dri_scratch_put(off);
 	return err;
-}
-
-dr_err dri_reduce_flat(dri_op *op)
-{
-	const dr_group *g = op->group;
-	int root = dri_group_index(g, op->root);
-	size_t n = op->count * dr_dtype_size(op->dtype);
-	dr_err err = DR_OK;
-
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
-	if (g->size > 1) {
-		if (n <= DRI_COLL_SMALL_BYTES || op->count < (size_t)g->size)
-			err = reduce_tree(op, root);
-		else
-			err = reduce_large(op, root);
-	}
-	if (!err && g->rank == root)
-		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop,
-				  g->size);
-	return err;
-}
-
-dr_err dr_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
-		 int dst, dr_group *group, dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .op = (int)redop,
-			.root = dst, .buf1 = buf, .count = count, .work = work };
-	dri_op op = { 0 };
-	dr_group *g;
-	dr_err err = dri_args_check(DRI_E_REDUCE, &a, &g);
-
-	if (err)
-		return err;
-	dri_coll_op(&op, dri_reduce_flat, DRI_REDUCE, g, NULL, buf, count, dtype,
-		    (int)redop, dst);
-	return dri_submit(&op, work);
 }

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_shm.h"
 #include "copy.h"
 
 static dr_err rs_halving(const dri_op *op, const char *in, const size_t *off,
@@ -128,7 +127,7 @@ dr_err dri_reduce_scatter_blocks(const dri_op *op, const void *in,
 	return rs_pairwise(op, in, off, out);
 }
 
-static dr_err reduce_scatter_run(dri_op *op)
+dr_err dri_reduce_scatter_equal(dri_op *op)
 {
 	int p = op->group->size;
 	size_t es = dr_dtype_size(op->dtype), n = op->count * es;
@@ -138,8 +137,6 @@ static dr_err reduce_scatter_run(dri_op *op)
 	size_t *off;
 	dr_err err = DR_ENOMEM;
 
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
 	off = dri_scratch_get((size_t)(p + 1) * sizeof(*off));
 	if (!off)
 		goto out;
@@ -161,22 +158,4 @@ out:
 	dri_scratch_put(own);
 	dri_scratch_put(off);
 	return err;
-}
-
-dr_err dr_reduce_scatter(const void *sendbuf, void *recvbuf, size_t count,
-			 dr_dtype dtype, dr_op redop, dr_group *group,
-			 dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .op = (int)redop,
-			.buf1 = sendbuf, .buf2 = recvbuf, .count = count,
-			.work = work };
-	dri_op op = { 0 };
-	dr_group *g;
-	dr_err err = dri_args_check(DRI_E_REDUCE_SCATTER, &a, &g);
-
-	if (err)
-		return err;
-	dri_coll_op(&op, reduce_scatter_run, DRI_REDUCE_SCATTER, g, sendbuf,
-		    recvbuf, count, dtype, (int)redop, -1);
-	return dri_submit(&op, work);
 }

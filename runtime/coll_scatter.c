@@ -11,13 +11,12 @@
 #include <string.h>
 
 #include "coll.h"
-#include "coll_shm.h"
 #include "copy.h"
 
 /* Largest number of children a binomial tree node can have. */
 #define MAX_CHILDREN 32
 
-static dr_err scatter_tree(const dri_op *op, int root, size_t blk)
+dr_err dri_scatter_tree(const dri_op *op, int root, size_t blk)
 {
 	const dr_group *g = op->group;
 	int p = g->size, vr = dri_mod(g->rank - root, p), nreq = 0;
@@ -65,33 +64,7 @@ out:
 	return err;
 }
 
-static dr_err scatter_direct(const dri_op *op, int root, size_t blk)
+dr_err dri_scatter_direct(const dri_op *op, int root, size_t blk)
 {
 	return dri_rooted_direct(op, root, blk, 0);
-}
-
-static dr_err scatter_run(dri_op *op)
-{
-	dr_err err;
-
-	if (dri_shm_coll(op, &err)) /* all on one host: coll_shm.c */
-		return err;
-	return dri_rooted_run(op, scatter_tree, scatter_direct);
-}
-
-dr_err dr_scatter(const void *sendbuf, void *recvbuf, size_t count,
-		  dr_dtype dtype, int src, dr_group *group, dr_work **work)
-{
-	dri_args a = { .group = group, .dtype = dtype, .root = src,
-			.buf1 = sendbuf, .buf2 = recvbuf, .count = count,
-			.work = work };
-	dri_op op = { 0 };
-	dr_group *g;
-	dr_err err = dri_args_check(DRI_E_SCATTER, &a, &g);
-
-	if (err)
-		return err;
-	dri_coll_op(&op, scatter_run, DRI_SCATTER, g, sendbuf, recvbuf, count,
-		    dtype, -1, src);
-	return dri_submit(&op, work);
 }

@@ -3,9 +3,11 @@
  * every rank shares this host's segment: flags and slots in shared
  * memory instead of messages through the rings.
  *
- * This file is the entry: whether a call goes this way (dri_shm_coll),
- * the quick path of small blocking calls (dri_shm_quick), and which
- * algorithm runs each collective (run_call).  The rest:
+ * This file is the entry: whether a call can go this way now
+ * (dri_shm_coll; which calls may, and up to how many ranks, is
+ * coll_select.c's table), the quick path of small blocking calls
+ * (dri_shm_quick), and which flags algorithm runs each collective
+ * (run_call).  The rest:
  *   coll_shm_flags.h/.c   the phase/flag engine: phases, slots, records
  *                         of the calls and their mismatch check, waits;
  *   coll_shm_direct.c     single copy (process_vm_readv);
@@ -34,27 +36,10 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 
 	if (!dri_cs.configured || dri_cs.generation != dri_shm_generation())
 		dri_cs_configure();
+	/* (which calls, and up to how many ranks: coll_select.c's table) */
 	if (dri_cs.off || op->id.group_id || !dri_shm_all_local() ||
 	    g->size > DRI_SEG_SHM_MAX)
 		return 0;
-	switch (op->id.coll) {
-	case DRI_BARRIER:
-	case DRI_ALL_REDUCE:
-	case DRI_BROADCAST:
-	case DRI_REDUCE:
-	case DRI_ALL_GATHER:
-	case DRI_GATHER:
-	case DRI_SCATTER:
-	case DRI_REDUCE_SCATTER:
-	case DRI_ALL_TO_ALL:
-		break;
-	case DRI_ALL_TO_ALL_V:
-		if (g->size > DRI_SHM_FLAT_MAX || g->size > DRI_SEG_A2AV_MAX)
-			return 0;
-		break;
-	default:
-		return 0;
-	}
 	if (dri_cs.nblk != g->size) {
 		for (int i = 0; i < g->size; i++)
 			dri_cs.blk[i] = dri_shm_blk(i);
@@ -157,11 +142,10 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 	dr_group *g = dri_world();
 	dri_op op;
 
+	/* (which calls, and how small: coll_select.c's table) */
 	if (!g || g->size > DRI_SHM_FLAT_MAX)
 		return 0;
-	if (coll == DRI_ALL_REDUCE &&
-	    (count * dr_dtype_size(dtype) > sizeof(uint64_t) ||
-	     dri_cuda_ptr_device(buf) >= 0))
+	if (count && dri_cuda_ptr_device(buf) >= 0)
 		return 0;
 	/* dri_submit's order: a failed group fails the call before it
 	 * takes a number. */
