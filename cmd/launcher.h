@@ -427,9 +427,11 @@ void diag_summary(struct job *job);
 /* The state letter of process pid in /proc (R, S, D, T, t, Z), '?' if
  * unknown. */
 char diag_proc_state(pid_t pid);
-/* The keys diag adds to the --report object, as JSON object text
- * (malloc'ed, NULL if none). */
-char *diag_json(struct job *job);
+/* The keys diag adds to the --report object ("diagnosis", "collectives",
+ * "barrier_skew"), as a JSON object (jansson's json_t, a new reference),
+ * or NULL if none.  A key it could not make for want of memory is absent. */
+struct json_t;   /* <jansson.h>: diag.c and report.c include it */
+struct json_t *diag_json(struct job *job);
 void diag_release(struct job *job);
 /* The diagnosis's verdict in one line ("rank 1 never entered world seq 1
  * barrier (ranks 0,2-3 waiting)"), or NULL. */

@@ -1,6 +1,7 @@
 /*
  * report.c - how the job went: the summary table on stderr and the JSON
- * file of --report (nodes.c and etcd.c use jansson for their messages).
+ * file of --report, one jansson object: the diagnosis (diag_json) comes
+ * as jansson values too and is merged in as it is, never as text.
  *
  * Both show, per rank, its exit status or signal, wall time (from fork to
  * reap), user and system CPU time and maximum resident set size, as wait4()
@@ -287,16 +288,8 @@ char *report_text(struct job *job)
 		json_array_append_new(ranks, j);
 	}
 	json_object_set(root, "ranks", ranks);
-	{
-		/* diag.c's keys: "diagnosis", "collectives", "barrier_skew" */
-		char *d = diag_json(job);
-		json_t *dj = d ? json_loads(d, 0, NULL) : NULL;
-
-		if (dj)
-			json_object_update(root, dj);
-		json_decref(dj);
-		free(d);
-	}
+	/* diag.c's keys: "diagnosis", "collectives", "barrier_skew" */
+	json_object_update_new(root, diag_json(job));
 	if (!getrusage(RUSAGE_SELF, &self)) {
 		json_t *l = json_pack("{s:f, s:f, s:I}",
 			"user_s", tv_sec(self.ru_utime),

@@ -135,7 +135,7 @@ void diag_release(struct job *job)
 	free(d->lines);
 	free(d->rk);
 	free(d->text);
-	free(d->json);
+	json_decref(d->json);
 	free(d);
 	job->diag = NULL;
 }
@@ -380,42 +380,56 @@ void diag_summary(struct job *job)
 	}
 }
 
-char *diag_json(struct job *job)
+/* The summary's time in collectives per rank, for --report. */
+static json_t *jcollectives(struct job *job)
+{
+	json_t *a = json_array();
+
+	for (int r = 0; a && r < job->o->nranks; r++) {
+		double secs;
+		uint64_t calls;
+
+		coll_time(job, r, &secs, &calls);
+		diag_jappend(&a, json_pack("{s:i, s:o, s:I}",
+			"rank", job->rank_offset + r,
+			"time_s", diag_jreal(secs, 6),
+			"calls", (json_int_t)calls));
+	}
+	return a;
+}
+
+/* The summary's late arrivals at barriers, for --report. */
+static json_t *jskews(struct job *job)
+{
+	struct skew sk[3];
+	int k = barrier_skews(job, sk, 3);
+	json_t *a = json_array();
+
+	for (int i = 0; a && i < k; i++)
+		diag_jappend(&a, json_pack("{s:I, s:I, s:i, s:o}",
+			"group", (json_int_t)sk[i].group,
+			"seq", (json_int_t)sk[i].seq,
+			"rank", job->rank_offset + sk[i].rank,
+			"late_s", diag_jreal(sk[i].late, 3)));
+	return a;
+}
+
+json_t *diag_json(struct job *job)
 {
 	struct diag *d = job->diag;
-	struct sb j = { 0 };
-	struct skew sk[3];
-	int n = job->o->nranks, k, any = 0;
+	json_t *j;
+	int any = 0;
 
-	if (!d)
+	if (!d || !(j = json_object()))
 		return NULL;
-	sb_printf(&j, "{");
+	/* A key whose value is NULL (out of memory) is left out. */
 	if (d->json)
-		sb_printf(&j, "\"diagnosis\":%s", d->json);
-	for (int r = 0; r < n; r++)
+		json_object_set(j, "diagnosis", d->json);
+	for (int r = 0; r < job->o->nranks; r++)
 		any |= diag_ctl(job, r) != NULL;
 	if (any) {
-		sb_printf(&j, "%s\"collectives\":[", d->json ? "," : "");
-		for (int r = 0; r < n; r++) {
-			double secs;
-			uint64_t calls;
-
-			coll_time(job, r, &secs, &calls);
-			sb_printf(&j, "%s{\"rank\":%d,\"time_s\":%.6f,"
-				  "\"calls\":%llu}", r ? "," : "",
-				  job->rank_offset + r, secs,
-				  (unsigned long long)calls);
-		}
-		sb_printf(&j, "],\"barrier_skew\":[");
-		k = barrier_skews(job, sk, 3);
-		for (int i = 0; i < k; i++)
-			sb_printf(&j, "%s{\"group\":%u,\"seq\":%llu,\"rank\":%d,"
-				  "\"late_s\":%.3f}", i ? "," : "", sk[i].group,
-				  (unsigned long long)sk[i].seq,
-				  job->rank_offset + sk[i].rank,
-				  sk[i].late);
-		sb_printf(&j, "]");
+		json_object_set_new(j, "collectives", jcollectives(job));
+		json_object_set_new(j, "barrier_skew", jskews(job));
 	}
-	sb_printf(&j, "}");
-	return sb_take(&j);
+	return j;
 }

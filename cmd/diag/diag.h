@@ -1,9 +1,11 @@
 /*
  * diag.h - what the diagnosis (cmd/diag*.c; diag_int.h is its inside)
  * and trace.c share: the flight records and output lines harvested during
- * the job, and a small string builder (diag_base.c) that writes JSON
- * text (report.c alone includes <jansson.h>; these two write their JSON as
- * text and report.c parses the diagnosis into its object).
+ * the job, and a small string builder (diag_base.c) for text: the
+ * diagnosis as people read it, and the JSON that is streamed rather than
+ * built as values (trace.c's timeline, html.c's page).  The diagnosis's
+ * part of --report is built as jansson values (diag_json, launcher.h),
+ * which report.c merges into its object as they are.
  */
 #ifndef DISTRUN_DIAG_H
 #define DISTRUN_DIAG_H
@@ -59,7 +61,7 @@ struct diag {
 	size_t nlines, caplines;
 	uint64_t lines_dropped;
 	char *text;              /* the report, once made */
-	char *json;              /* its structured form (a JSON object) */
+	struct json_t *json;     /* its structured form (a jansson object) */
 	char vline[400];         /* the verdict in one line, or "" */
 	bool clock_started;      /* a rank called or printed: stalls count */
 	int nenv;

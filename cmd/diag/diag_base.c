@@ -1,9 +1,12 @@
 /*
- * diag_base.c - the bottom of the diagnosis: a growable string that writes
- * JSON text (struct sb, which trace.c uses too), and the readers of the
- * ranks' control blocks in the per-job segment (runtime/ctl.h): the
- * block of a local rank, its flight records harvested into the launcher's
- * memory (--trace, the summary's barrier skew), a call named as a phrase
+ * diag_base.c - the bottom of the diagnosis: a growable string (struct sb:
+ * the diagnosis's text, and the JSON text that trace.c and html.c
+ * stream); helpers for the jansson values of its part of --report (a
+ * string made valid UTF-8, a real rounded as the report has always given
+ * it, a list that is whole or absent); and the readers of the ranks'
+ * control blocks in the per-job segment (runtime/ctl.h): the block of a
+ * local rank, its flight records harvested into the launcher's memory
+ * (--trace, the summary's barrier skew), a call named as a phrase
  * ("all_reduce(float32 x 4, sum)"), the launcher's clock as the ranks
  * write it.  Everything here reads; nothing starts, signals or waits.
  * The other rooms: diag.c (the job's hooks, stall detection, the
@@ -104,6 +107,64 @@ char *sb_take(struct sb *b)
 
 	*b = (struct sb){ 0 };
 	return s;
+}
+
+/* ------------------------------------------------------ JSON values */
+
+json_t *diag_jstr(const char *s)
+{
+	const unsigned char *p, *end;
+	char *u, *w;
+	json_t *j;
+
+	if (!s)
+		return json_null();
+	j = json_string(s);
+	if (j)
+		return j;
+	/* Not UTF-8 (or out of memory): each byte that does not start a
+	 * character becomes U+FFFD, 3 bytes at most for 1. */
+	p = (const unsigned char *)s;
+	end = p + strlen(s);
+	u = w = malloc(3 * (size_t)(end - p) + 1);
+	if (!u)
+		return NULL;
+	while (p < end) {
+		const unsigned char *c = p;
+
+		if (ci_utf8_next(&p, end) < 0) {
+			memcpy(w, "\xef\xbf\xbd", 3);
+			w += 3;
+		} else {
+			memcpy(w, c, (size_t)(p - c));
+			w += p - c;
+		}
+	}
+	j = json_stringn(u, (size_t)(w - u));
+	free(u);
+	return j;
+}
+
+json_t *diag_jreal(double v, int decimals)
+{
+	/* Through the decimal text, not round(v * 1000) / 1000, which rounds
+	 * ties the other way (2.0625: "2.062" printed, 2.063 by round()):
+	 * the same double as when the diagnosis was JSON text that report.c
+	 * parsed, so --report's bytes stay as they were.  DBL_MAX in %f is
+	 * 309 digits before the point. */
+	char buf[320 + 32];
+
+	snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+	return json_real(strtod(buf, NULL));
+}
+
+void diag_jappend(json_t **a, json_t *v)
+{
+	/* json_array_append_new releases v when *a is NULL. */
+	if (json_array_append_new(*a, v)) {
+		json_decref(*a);
+		*a = NULL;
+	}
 }
 
 /* --------------------------------------------------- control blocks */

@@ -3,16 +3,33 @@
  * other part of the launcher: diag.h and launcher.h are its public face.
  * The rooms, calls going one way: diag.c (the job's hooks, stalls, the
  * summary) -> diag_report.c (the report) -> diag_stacks.c (/proc and
- * stacks) -> diag_base.c (the string builder, control-block readers).
+ * stacks) -> diag_base.c (the string builder, JSON values, control-block
+ * readers).
  */
 #ifndef DISTRUN_DIAG_INT_H
 #define DISTRUN_DIAG_INT_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "diag.h"
+
+/* diag_base.c: the JSON of --report ("diagnosis", "collectives",
+ * "barrier_skew") is built as jansson values, which report.c merges into
+ * its object.  Each returns a new reference, or NULL when out of memory.
+ * diag_jstr: s as a JSON string, bytes that are not UTF-8 (a line cut
+ * inside a character, binary in a stack frame) as U+FFFD, where jansson
+ * would refuse the string; NULL gives null. */
+json_t *diag_jstr(const char *s);
+/* v rounded to decimals places, the precision the diagnosis reports
+ * (the clocks mean no more); a value that is not finite gives NULL. */
+json_t *diag_jreal(double v, int decimals);
+/* Appends v (stolen) to the array *a; if v is NULL or the append fails,
+ * *a is released and set to NULL: a list is whole or absent, never
+ * silently short (and a NULL *a stays NULL). */
+void diag_jappend(json_t **a, json_t *v);
 
 /* diag_base.c: the same call (op, count, dtype, reduce op, root)? */
 bool diag_same_call(const dri_ctl_call *a, const dri_ctl_call *b);

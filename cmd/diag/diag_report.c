@@ -78,52 +78,42 @@ static const char *rank_flags_str(const uint8_t *f, int n, int base,
 	return buf;
 }
 
-static void json_rank_list(struct sb *j, const uint8_t *f, int n, int base)
+/* The ranks flagged in f, as global ranks. */
+static json_t *jrank_list(const uint8_t *f, int n, int base)
 {
-	bool first = true;
+	json_t *a = json_array();
 
-	sb_printf(j, "[");
-	for (int i = 0; i < n; i++)
-		if (f[i]) {
-			sb_printf(j, "%s%d", first ? "" : ",", base + i);
-			first = false;
-		}
-	sb_printf(j, "]");
+	for (int i = 0; a && i < n; i++)
+		if (f[i])
+			diag_jappend(&a, json_integer(base + i));
+	return a;
 }
 
-static void json_call(struct sb *j, const dri_ctl_call *c, int64_t now)
+/* A call from a control block: what, how big, with whom, since when (or
+ * how long ago it ended, and how). */
+static json_t *jcall(const dri_ctl_call *c, int64_t now)
 {
 	char desc[160];
+	int64_t t = c->t_end ? c->t_end : c->t_start;
 
-	sb_printf(j, "{\"group\":%u,\"seq\":%llu,\"op\":", c->group_id,
-		  (unsigned long long)c->seq);
-	sb_json_str(j, dri_coll_name((dri_coll)c->coll));
-	sb_printf(j, ",\"call\":");
-	sb_json_str(j, diag_call_str(c, desc, sizeof(desc)));
-	sb_printf(j, ",\"dtype\":");
-	sb_json_str(j, c->dtype >= 0 ? dr_dtype_name((dr_dtype)c->dtype) : NULL);
-	sb_printf(j, ",\"count\":%llu,\"bytes\":%llu,\"reduce_op\":",
-		  (unsigned long long)c->count, (unsigned long long)c->bytes);
-	sb_json_str(j, c->op >= 0 ? dr_op_name((dr_op)c->op) : NULL);
-	sb_printf(j, ",\"root\":");
-	if (c->root >= 0)
-		sb_printf(j, "%d", c->root);
-	else
-		sb_printf(j, "null");
-	sb_printf(j, ",\"peer\":");
-	if (c->peer >= 0)
-		sb_printf(j, "%d,\"peer_dir\":\"%s\"", c->peer,
-			  c->peer_send ? "send" : "recv");
-	else
-		sb_printf(j, "null,\"peer_dir\":null");
-	if (c->t_end)
-		sb_printf(j, ",\"ended_s_ago\":%.3f,\"status\":",
-			  (now - c->t_end) / 1e9);
-	else
-		sb_printf(j, ",\"for_s\":%.3f,\"status\":",
-			  (now - c->t_start) / 1e9);
-	sb_json_str(j, c->t_end ? dr_err_name((dr_err)c->status) : NULL);
-	sb_printf(j, "}");
+	return json_pack("{s:I, s:I, s:s?, s:o, s:s?, s:I, s:I, s:s?, s:o, "
+			 "s:o, s:o, s:o, s:s?}",
+		"group", (json_int_t)c->group_id,
+		"seq", (json_int_t)c->seq,
+		"op", dri_coll_name((dri_coll)c->coll),
+		"call", diag_jstr(diag_call_str(c, desc, sizeof(desc))),
+		"dtype", c->dtype >= 0 ? dr_dtype_name((dr_dtype)c->dtype) :
+			 NULL,
+		"count", (json_int_t)c->count,
+		"bytes", (json_int_t)c->bytes,
+		"reduce_op", c->op >= 0 ? dr_op_name((dr_op)c->op) : NULL,
+		"root", c->root >= 0 ? json_integer(c->root) : json_null(),
+		"peer", c->peer >= 0 ? json_integer(c->peer) : json_null(),
+		"peer_dir", c->peer < 0 ? json_null() :
+			    json_string(c->peer_send ? "send" : "recv"),
+		c->t_end ? "ended_s_ago" : "for_s",
+			 diag_jreal((now - t) / 1e9, 3),
+		"status", c->t_end ? dr_err_name((dr_err)c->status) : NULL);
 }
 
 /* Where rank r is, as a phrase: "in user code for 3.0s, last call seq 4". */
@@ -207,7 +197,8 @@ struct rep {
 	uint8_t *flags;          /* scratch: n rank flags */
 	int64_t now;             /* ns, when the snapshots were taken */
 	double cpu_dt;           /* s between the two /proc readings */
-	struct sb t, j;
+	struct sb t;
+	json_t *calls, *ranks;   /* the JSON's lists (NULL: out of memory) */
 	const char *verdict;
 	char vcall[300];         /* the first call ranks wait in, one line */
 	char vline[400];         /* the verdict in one line (the first) */
@@ -261,7 +252,7 @@ static void rep_gather(struct rep *p)
 /* Group g's latest call some rank is in: who waits in it (one line per
  * distinct call made as that seq: more than one is a mismatch), then
  * who is not in it and where it is instead. */
-static void rep_group(struct rep *p, int g, bool *first_call)
+static void rep_group(struct rep *p, int g)
 {
 	struct rsnap *s = p->s;
 	int n = p->n, kinds = 0;
@@ -311,13 +302,11 @@ static void rep_group(struct rep *p, int g, bool *first_call)
 			  rank_flags_str(p->flags, n, p->job->rank_offset, list,
 					 sizeof(list)),
 			  (p->now - since) / 1e9);
-		sb_printf(&p->j, "%s{\"group\":%d,\"seq\":%llu,\"call\":",
-			  *first_call ? "" : ",", g, (unsigned long long)seq);
-		sb_json_str(&p->j, call);
-		sb_printf(&p->j, ",\"ranks\":");
-		json_rank_list(&p->j, p->flags, n, p->job->rank_offset);
-		sb_printf(&p->j, ",\"waiting_s\":%.3f}", (p->now - since) / 1e9);
-		*first_call = false;
+		diag_jappend(&p->calls, json_pack("{s:i, s:I, s:o, s:o, s:o}",
+			"group", g, "seq", (json_int_t)seq,
+			"call", diag_jstr(call),
+			"ranks", jrank_list(p->flags, n, p->job->rank_offset),
+			"waiting_s", diag_jreal((p->now - since) / 1e9, 3)));
 	}
 	if (kinds > 1) {
 		size_t off = p->t.len;
@@ -447,16 +436,58 @@ static void rep_stacks(struct rep *p)
 	free(grouped);
 }
 
+/* A stack's frames as printed (those of the thread it was taken for). */
+static json_t *jframes(const struct stack *st)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; a && i < st->nframes; i++)
+		diag_jappend(&a, diag_jstr(st->frames[i]));
+	return a;
+}
+
+/* Rank r's object in the JSON: the table's line and more (its call or
+ * else its last one, its stack or why there is none). */
+static json_t *jrank(const struct rep *p, int r, const dri_ctl_call *c,
+		     double cpu, int pid)
+{
+	const struct rsnap *x = &p->s[r];
+	const dri_ctl_call *last = x->ctl && x->slot[0].ncalls && !c ?
+				   &x->slot[0].call : NULL;
+	char st[64], ps[2] = { x->p1.state, 0 };
+
+	return json_pack("{s:i, s:i, s:b, s:o, s:o, s:o, s:o, s:b, s:b, s:o, "
+			 "s:o, s:o, s:s?, s:o, s:o, s:o}",
+		"rank", p->job->rank_offset + r,
+		"pid", pid,
+		"alive", x->alive,
+		"status", diag_jstr(rank_status_str(&p->job->ranks[r], st,
+						    sizeof(st))),
+		"proc_state", x->alive ? diag_jstr(ps) : json_null(),
+		"wchan", diag_jstr(x->p1.wchan[0] ? x->p1.wchan : NULL),
+		"cpu_pct", diag_jreal(cpu, 1),
+		"libdistrun", x->ctl != NULL,
+		"torn", x->torn,
+		"call", c ? jcall(c, p->now) : json_null(),
+		"last_call", last ? jcall(last, p->now) : json_null(),
+		"user_code_s", x->ctl && !c && x->alive ?
+			       diag_jreal((p->now - x->t_user) / 1e9, 3) :
+			       json_null(),
+		"stack_method", x->st.method,
+		"stack_error", diag_jstr(x->st.method ? NULL : x->st.err),
+		"stack_summary", diag_jstr(x->st.summary),
+		"stack", jframes(&x->st));
+}
+
 /* Rank r's line of the table and its object in the JSON. */
 static void rep_rank(struct rep *p, int r)
 {
 	const struct rsnap *x = &p->s[r];
 	const dri_ctl_call *c = x->busy >= 0 ? &x->slot[x->busy].call : NULL;
-	char seq[24] = "-", call[160] = "-", wait[40] = "-", st[64];
+	char seq[24] = "-", call[160] = "-", wait[40] = "-";
 	double cpu = p->cpu_dt > 0 ? 100 * (x->p1.cpu - x->p0.cpu) / p->cpu_dt
 				   : 0;
 	int pid = (int)(x->pid ? x->pid : p->job->ranks[r].pid);
-	struct sb *j = &p->j;
 
 	if (!x->alive)
 		cpu = 0;
@@ -480,47 +511,7 @@ static void rep_rank(struct rep *p, int r)
 	sb_printf(&p->t, "  %4d  %-7d  %-5c  %-5s  %-24s  %-14s  %5.1f  %s\n",
 		  p->job->rank_offset + r, pid, x->alive ? x->p1.state : '-', seq, call, wait, cpu,
 		  x->p1.wchan);
-
-	sb_printf(j, "%s{\"rank\":%d,\"pid\":%d,\"alive\":%s,\"status\":",
-		  r ? "," : "", p->job->rank_offset + r, pid,
-		  x->alive ? "true" : "false");
-	sb_json_str(j, rank_status_str(&p->job->ranks[r], st, sizeof(st)));
-	sb_printf(j, ",\"proc_state\":");
-	if (x->alive)
-		sb_printf(j, "\"%c\"", x->p1.state);
-	else
-		sb_printf(j, "null");
-	sb_printf(j, ",\"wchan\":");
-	sb_json_str(j, x->p1.wchan[0] ? x->p1.wchan : NULL);
-	sb_printf(j, ",\"cpu_pct\":%.1f,\"libdistrun\":%s,\"torn\":%s,"
-		  "\"call\":", cpu, x->ctl ? "true" : "false",
-		  x->torn ? "true" : "false");
-	if (c)
-		json_call(j, c, p->now);
-	else
-		sb_printf(j, "null");
-	sb_printf(j, ",\"last_call\":");
-	if (x->ctl && x->slot[0].ncalls && !c)
-		json_call(j, &x->slot[0].call, p->now);
-	else
-		sb_printf(j, "null");
-	sb_printf(j, ",\"user_code_s\":");
-	if (x->ctl && !c && x->alive)
-		sb_printf(j, "%.3f", (p->now - x->t_user) / 1e9);
-	else
-		sb_printf(j, "null");
-	sb_printf(j, ",\"stack_method\":");
-	sb_json_str(j, x->st.method);
-	sb_printf(j, ",\"stack_error\":");
-	sb_json_str(j, x->st.method ? NULL : x->st.err);
-	sb_printf(j, ",\"stack_summary\":");
-	sb_json_str(j, x->st.summary);
-	sb_printf(j, ",\"stack\":[");
-	for (int i = 0; i < x->st.nframes; i++) {
-		sb_printf(j, i ? "," : "");
-		sb_json_str(j, x->st.frames[i]);
-	}
-	sb_printf(j, "]}");
+	diag_jappend(&p->ranks, jrank(p, r, c, cpu, pid));
 }
 
 void diag_report(struct job *job, const char *why)
@@ -528,12 +519,13 @@ void diag_report(struct job *job, const char *why)
 	struct diag *d = job->diag;
 	struct rep p = { .job = job, .n = job->o->nranks,
 			 .verdict = "unknown" };
-	bool first_call = true;
 
 	if (!d || d->text)
 		return;
 	p.s = calloc(p.n, sizeof(*p.s));
 	p.flags = calloc(p.n, 1);
+	p.calls = json_array();
+	p.ranks = json_array();
 	if (!p.s || !p.flags) {
 		fprintf(stderr, "distrun: out of memory for the diagnosis\n");
 		goto out;
@@ -547,15 +539,8 @@ void diag_report(struct job *job, const char *why)
 	else
 		sb_printf(&p.t, "distrun: %s (%d rank%s)\n", why, p.n,
 			  p.n == 1 ? "" : "s");
-	sb_printf(&p.j, "{\"reason\":");
-	sb_json_str(&p.j, job->stalled ? "stall" : job->timed_out ? "timeout" :
-		    job->stop_signal ? "signal" : "stopped");
-	sb_printf(&p.j, ",\"headline\":");
-	sb_json_str(&p.j, why);
-	sb_printf(&p.j, ",\"calls\":[");
 	for (int g = 0; g < DRI_CTL_GROUPS; g++)
-		rep_group(&p, g, &first_call);
-	sb_printf(&p.j, "]");
+		rep_group(&p, g);
 	rep_p2p(&p);
 	if (!p.nctl)
 		sb_printf(&p.t, "  no rank has a control block (not libdistrun "
@@ -564,29 +549,33 @@ void diag_report(struct job *job, const char *why)
 	sb_printf(&p.t, "  %4s  %-7s  %-5s  %-5s  %-24s  %-14s  %5s  %s\n",
 		  "rank", "pid", "state", "seq", "call", "waiting", "cpu%",
 		  "wchan");
-	sb_printf(&p.j, ",\"ranks\":[");
 	for (int r = 0; r < p.n; r++)
 		rep_rank(&p, r);
-	sb_printf(&p.j, "]");
 	if (!strcmp(p.verdict, "unknown") && !p.nctl)
 		p.verdict = "no_control_block";
-	sb_printf(&p.j, ",\"verdict\":\"%s\",\"verdict_line\":", p.verdict);
 	snprintf(d->vline, sizeof(d->vline), "%s", p.vline);
-	sb_json_str(&p.j, p.vline[0] ? p.vline : NULL);
-	sb_printf(&p.j, ",\"text\":");
 	d->text = sb_take(&p.t);
-	sb_json_str(&p.j, d->text);
-	sb_printf(&p.j, "}");
-	d->json = sb_take(&p.j);
+	/* Absent from --report when out of memory (the text is on stderr). */
+	d->json = json_pack("{s:s, s:o, s:o, s:o, s:s, s:o, s:o}",
+		"reason", job->stalled ? "stall" : job->timed_out ? "timeout" :
+			  job->stop_signal ? "signal" : "stopped",
+		"headline", diag_jstr(why),
+		"calls", p.calls,
+		"ranks", p.ranks,
+		"verdict", p.verdict,
+		"verdict_line", diag_jstr(p.vline[0] ? p.vline : NULL),
+		"text", diag_jstr(d->text));
+	p.calls = p.ranks = NULL;   /* json_pack took them, even on failure */
 	fputs(d->text, stderr);
 out:
+	json_decref(p.calls);
+	json_decref(p.ranks);
 	if (p.s)
 		for (int r = 0; r < p.n; r++)
 			diag_stack_release(&p.s[r].st);
 	free(p.s);
 	free(p.flags);
 	free(p.t.s);
-	free(p.j.s);
 }
 
 /* ------------------------------------------------------ first failure */
@@ -596,7 +585,8 @@ void diag_rank_failed(struct job *job, int r)
 	struct diag *d = job->diag;
 	int n = job->o->nranks;
 	struct rsnap *s;
-	struct sb t = { 0 }, j = { 0 };
+	struct sb t = { 0 };
+	json_t *calls = NULL;    /* the JSON's list (NULL: out of memory) */
 	uint8_t *flags;
 	const char *verdict = NULL;
 	char list[256], st[64], call[160], gname[32], dead[64] = "";
@@ -608,6 +598,7 @@ void diag_rank_failed(struct job *job, int r)
 	flags = calloc(n, 1);
 	if (!s || !flags)
 		goto out;
+	calls = json_array();
 	for (int q = 0; q < n; q++)
 		snap_take(job, q, &s[q]);
 	/* The rank that died inside a call: this one, or one that died
@@ -634,7 +625,6 @@ void diag_rank_failed(struct job *job, int r)
 	 * a rank that entered a call and died while 4096 snapshots were
 	 * taken showed "-2.4s after it entered it". */
 	now = diag_now_ns();
-	sb_printf(&j, "{\"reason\":\"rank failed\",\"calls\":[");
 	/* Died inside a call. */
 	if (s[r].busy >= 0) {
 		const dri_ctl_call *c = &s[r].slot[s[r].busy].call;
@@ -677,13 +667,13 @@ void diag_rank_failed(struct job *job, int r)
 				  job->rank_offset + q,
 				  where);
 		}
-		sb_printf(&j, "{\"group\":%u,\"seq\":%llu,\"call\":",
-			  c->group_id, (unsigned long long)c->seq);
-		sb_json_str(&j, call);
-		sb_printf(&j, ",\"ranks\":");
 		flags[r] = 1;
-		json_rank_list(&j, flags, n, job->rank_offset);
-		sb_printf(&j, ",\"failed_rank\":%d}", job->rank_offset + r);
+		diag_jappend(&calls, json_pack("{s:I, s:I, s:o, s:o, s:i}",
+			"group", (json_int_t)c->group_id,
+			"seq", (json_int_t)c->seq,
+			"call", diag_jstr(call),
+			"ranks", jrank_list(flags, n, job->rank_offset),
+			"failed_rank", job->rank_offset + r));
 	}
 	/* Different calls as one seq (the runtime's DR_EMISMATCH): each
 	 * rank's call at the highest seq of a group, in it or just ended. */
@@ -719,6 +709,10 @@ void diag_rank_failed(struct job *job, int r)
 			  "calls as %s seq %llu\n", gname,
 			  (unsigned long long)seq);
 		uint8_t *done = calloc(n, 1);
+		if (!done) {   /* an empty list would say no rank called */
+			json_decref(calls);
+			calls = NULL;
+		}
 		for (int q = 0; done && q < n; q++) {
 			const dri_ctl_call *c = &s[q].slot[g].call;
 
@@ -736,28 +730,29 @@ void diag_rank_failed(struct job *job, int r)
 				  rank_flags_str(flags, n, job->rank_offset, list,
 					 sizeof(list)),
 				  call);
-			sb_printf(&j, "%s{\"group\":%d,\"seq\":%llu,\"call\":",
-				  q == 0 ? "" : ",", g, (unsigned long long)seq);
-			sb_json_str(&j, call);
-			sb_printf(&j, ",\"ranks\":");
-			json_rank_list(&j, flags, n, job->rank_offset);
-			sb_printf(&j, "}");
+			diag_jappend(&calls, json_pack("{s:i, s:I, s:o, s:o}",
+				"group", g, "seq", (json_int_t)seq,
+				"call", diag_jstr(call),
+				"ranks", jrank_list(flags, n,
+						    job->rank_offset)));
 		}
 		free(done);
 	}
 	if (!verdict) {
 		free(sb_take(&t));
-		free(sb_take(&j));
 		goto out;
 	}
-	sb_printf(&j, "],\"verdict\":\"%s\",\"failed_rank\":%d,\"text\":",
-		  verdict, job->rank_offset + r);
 	d->text = sb_take(&t);
-	sb_json_str(&j, d->text);
-	sb_printf(&j, "}");
-	d->json = sb_take(&j);
+	d->json = json_pack("{s:s, s:o, s:s, s:i, s:o}",
+		"reason", "rank failed",
+		"calls", calls,
+		"verdict", verdict,
+		"failed_rank", job->rank_offset + r,
+		"text", diag_jstr(d->text));
+	calls = NULL;   /* json_pack took it, even on failure */
 	fputs(d->text, stderr);
 out:
+	json_decref(calls);
 	free(s);
 	free(flags);
 }
