@@ -186,6 +186,24 @@ nothing_left() {
 	grep -q '^  p2p deadlock' <<<"$output"
 }
 
+@test "a stack that is not UTF-8: the report keeps it, U+FFFD for the bad bytes" {
+	# gdb names the source file as its bytes are; jansson takes valid
+	# UTF-8 only, and a refused string must not cost the diagnosis.
+	command -v cc >/dev/null && command -v gdb >/dev/null ||
+		skip "needs cc and gdb"
+	local src=$BATS_TEST_TMPDIR/$'spin\xff.c' r=$BATS_TEST_TMPDIR/r.json
+	printf '%s\n' 'static volatile int x;' \
+		'static void spin(void) { for (;;) x++; }' \
+		'int main(void) { spin(); return 0; }' >"$src"
+	cc -g -O0 -o "$BATS_TEST_TMPDIR/spin" "$src"
+	run "$DISTRUN" -n 1 --timeout 2s --report "$r" "$BATS_TEST_TMPDIR/spin"
+	[ "$status" -eq 124 ]
+	[ "$(jq -r .diagnosis.verdict "$r")" = no_control_block ]
+	jq -r '.diagnosis.ranks[0].stack_summary' "$r" |
+		grep -q "spin (spin"$'\xef\xbf\xbd'".c:2)"
+	jq -r .diagnosis.text "$r" | grep -q "spin (spin"$'\xef\xbf\xbd'".c:2)"
+}
+
 @test "Python ranks: stacks of every rank by faulthandler, the odd one named" {
 	require_torch
 	start_job -n 4 --report "$BATS_TEST_TMPDIR/r.json" "$TORCH_PYTHON" "$HANG_PY"
