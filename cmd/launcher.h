@@ -11,6 +11,8 @@
  *   spawn.c    each rank's environment, PATH lookup, fork + exec with the
  *              exec error sent back over an O_CLOEXEC pipe
  *   clone_into.c  clone3 into the job's cgroup, vfork-style (spawn.c's)
+ *   child.c    every other child (test cases, gdb, Python probes, the
+ *              --preload server, the guard): start, exec errors, waits
  *   mux.c      the output multiplexer: whole lines, labels, colours,
  *              per-rank files, timestamps, non-blocking console writes
  *   segment.c  the per-job shared segment the ranks inherit (memfd)
@@ -305,6 +307,67 @@ void spawn_release(struct job *job);
  * or fn returns (its exit status).  The pid, or -errno (-ENOSYS where
  * this build or kernel cannot). */
 pid_t clone_into(int cgroup_dirfd, int (*fn)(void *), void *arg);
+
+/* ------------------------------------------------------------ child.c */
+
+/*
+ * A child process other than a rank, as git's start_command() starts one.
+ * The caller fills a struct child from CHILD_INIT, then:
+ *
+ *   child_start(&c)   forks (vfork: no memory is copied) and execs
+ *                     c.argv, or runs c.fn(c.arg) in a forked child;
+ *                     returns 0 with c.pid once the exec has happened, or
+ *                     -1 with errno and c.step (what failed: the fork or a
+ *                     pipe, the launcher already gone, the fds, the
+ *                     working directory, the exec), with no child left.
+ *                     It prints nothing: each caller words its error.
+ *   child_wait(&c, ms, &st)    reaps it, waiting at most ms (-1: for
+ *                     ever, 0: not at all): 0 with its waitpid status, 1
+ *                     if it still runs, -1 with errno (ECHILD: it was
+ *                     reaped elsewhere, as a runner's waitpid(-1) does).
+ *   child_finish(&c, ms, &st)  waits ms for it to end by itself, then
+ *                     SIGKILLs and reaps it: 0 if it ended by itself, 1
+ *                     if it was killed (st filled either way), -1.
+ *
+ * The fds: c.in, c.out and c.err become the child's 0, 1, 2 (CHILD_INIT:
+ * ours; CHILD_DEVNULL: /dev/null); c.pass_fd, if >= 0, becomes its fd 3.
+ * They stay the caller's to close.  Every other fd of ours is close-on-
+ * exec, and close_fds closes what we inherited without the flag too.
+ * Never pass an fd below 3 as pass_fd, nor an fd below 3 that an earlier
+ * of in, out, err replaces.  The child gets c.mask as its signal mask
+ * (NULL: none blocked) and SIGPIPE and caught signals at their defaults;
+ * c.fn's child keeps the launcher's signals as they are.
+ */
+#define CHILD_DEVNULL (-1)
+enum { CHILD_STEP_PARENT, CHILD_STEP_FDS, CHILD_STEP_CWD, CHILD_STEP_EXEC };
+struct child {
+	char *const *argv;         /* NULL-terminated */
+	const char *path;          /* what to exec, NULL: argv[0] (no PATH
+				      search) */
+	char *const *env;          /* NULL: ours (environ) */
+	const char *cwd;           /* NULL: ours */
+	int in, out, err;          /* see above */
+	int pass_fd;               /* the child's fd 3, -1: none */
+	bool close_fds;            /* close inherited fds above 2 (3) */
+	bool new_pgroup;           /* leads its own process group */
+	int pdeathsig;             /* sent when the launcher dies, 0: none */
+	int cgroup_fd;             /* a cgroup.procs to enter, -1: none */
+	const sigset_t *mask;      /* the exec'd program's signal mask */
+	int (*fn)(void *arg);      /* run instead of exec: its exit status */
+	void *arg;
+
+	pid_t pid;                 /* out: -1 until started, after reaped */
+	int step;                  /* out: CHILD_STEP_* that failed */
+};
+#define CHILD_INIT { .in = 0, .out = 1, .err = 2, .pass_fd = -1, \
+		     .cgroup_fd = -1, .pid = -1 }
+int child_start(struct child *c);
+int child_wait(struct child *c, int timeout_ms, int *status);
+int child_finish(struct child *c, int grace_ms, int *status);
+/* What an exec'd child gets: SIGPIPE and caught signals at their
+ * defaults, mask (NULL: none) as its mask.  For a process about to exec
+ * itself anew too (nodes_reexec). */
+void child_reset_signals(const sigset_t *mask);
 
 /* segment.c: segment_create() before spawn_prepare() (the ranks'
  * environment names the fd); on -1 (after a warning) the job runs
