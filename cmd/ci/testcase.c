@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,101 +31,168 @@
 
 /* ------------------------------------------------------------ children */
 
-static void push(char ***v, int *n, int *cap, const char *s)
+/* Appends s to the NULL-terminated vector *v of *n entries; -1 when out
+ * of memory. */
+static int push(char ***v, int *n, int *cap, const char *s)
 {
 	if (*n + 2 > *cap) {
 		char **nv = realloc(*v, (*cap = *cap ? 2 * *cap : 32) *
 				    sizeof(**v));
 
-		if (!nv) {
-			perror("distrun");
-			_exit(1);
-		}
+		if (!nv)
+			return -1;
 		*v = nv;
 	}
 	(*v)[(*n)++] = (char *)s;
 	(*v)[*n] = NULL;
+	return 0;
 }
 
-/* Runs in the child after fork: only this process, which execs at once. */
-static void exec_case(struct runner *ru, struct ci_case *c,
-		      char **prefix, int nprefix)
+/* The child distrun's command line (malloc'd vector; its strings are the
+ * case's, the runner's and bufs'), or NULL when out of memory. */
+static char **case_argv(struct runner *ru, struct ci_case *c, char **prefix,
+			int nprefix, char nbuf[16], char tbuf[32])
 {
 	const struct ci_test *t = c->test;
-	char **argv = NULL, nbuf[16], tbuf[32];
-	int argc = 0, cap = 0, in;
+	char **argv = NULL;
+	int argc = 0, cap = 0, bad = 0;
 
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	setpgid(0, 0);
-	sigprocmask(SIG_SETMASK, &ru->orig_mask, NULL);
-	if (c->list && c->list->dir && chdir(c->list->dir)) {
-		fprintf(stderr, "distrun: %s: %s\n", c->list->dir,
-			strerror(errno));
-		_exit(1);
-	}
-	for (int i = 0; i < t->nenv; i++)
-		putenv(t->env[i]);
-	/* One stdin cannot feed several runs (a sweep's sizes, the cases
-	 * of a list): each reads /dev/null, whatever --stdin says. */
-	in = open("/dev/null", O_RDONLY);
-	if (in < 0 || dup2(in, 0) < 0)
-		_exit(1);
-	if (!ru->sweep) {
-		char path[PATH_MAX + 32];
-		int out, err;
-
-		snprintf(path, sizeof(path), "%s/console.out", c->dir);
-		out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-		snprintf(path, sizeof(path), "%s/console.err", c->dir);
-		err = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-		if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-			_exit(1);
-	}
-	snprintf(nbuf, sizeof(nbuf), "%d", c->n);
-	push(&argv, &argc, &cap, "distrun");
+	snprintf(nbuf, 16, "%d", c->n);
+	bad |= push(&argv, &argc, &cap, "distrun");
 	for (int i = 0; i < nprefix; i++)
-		push(&argv, &argc, &cap, prefix[i]);
-	push(&argv, &argc, &cap, "-n");
-	push(&argv, &argc, &cap, nbuf);
+		bad |= push(&argv, &argc, &cap, prefix[i]);
+	bad |= push(&argv, &argc, &cap, "-n");
+	bad |= push(&argv, &argc, &cap, nbuf);
 	if (t->timeout > 0 || ru->timeout > 0) {
-		snprintf(tbuf, sizeof(tbuf), "%.3fs", t->timeout > 0 ?
-			 t->timeout : ru->timeout);
-		push(&argv, &argc, &cap, "--timeout");
-		push(&argv, &argc, &cap, tbuf);
+		snprintf(tbuf, 32, "%.3fs", t->timeout > 0 ? t->timeout :
+			 ru->timeout);
+		bad |= push(&argv, &argc, &cap, "--timeout");
+		bad |= push(&argv, &argc, &cap, tbuf);
 	}
 	if (!ru->sweep) {
-		push(&argv, &argc, &cap, "--ranks");
-		push(&argv, &argc, &cap, "none");
-		push(&argv, &argc, &cap, "--color");
-		push(&argv, &argc, &cap, "never");
+		bad |= push(&argv, &argc, &cap, "--ranks");
+		bad |= push(&argv, &argc, &cap, "none");
+		bad |= push(&argv, &argc, &cap, "--color");
+		bad |= push(&argv, &argc, &cap, "never");
 	}
-	push(&argv, &argc, &cap, "--report");
-	push(&argv, &argc, &cap, c->report_path);
+	bad |= push(&argv, &argc, &cap, "--report");
+	bad |= push(&argv, &argc, &cap, c->report_path);
 	/* The page is made here, from the runs' reports and traces. */
-	push(&argv, &argc, &cap, "--html=");
+	bad |= push(&argv, &argc, &cap, "--html=");
 	if (c->trace_path[0]) {
-		push(&argv, &argc, &cap, "--trace");
-		push(&argv, &argc, &cap, c->trace_path);
+		bad |= push(&argv, &argc, &cap, "--trace");
+		bad |= push(&argv, &argc, &cap, c->trace_path);
 	}
 	/* The rank files cost a write of everything the ranks print: only
 	 * when something reads them. */
 	if (ru->keep_output || t->nexpect) {
-		push(&argv, &argc, &cap, "--output-dir");
-		push(&argv, &argc, &cap, c->dir);
+		bad |= push(&argv, &argc, &cap, "--output-dir");
+		bad |= push(&argv, &argc, &cap, c->dir);
 	}
-	push(&argv, &argc, &cap, "--junit=");
-	push(&argv, &argc, &cap, "--tap=");
+	bad |= push(&argv, &argc, &cap, "--junit=");
+	bad |= push(&argv, &argc, &cap, "--tap=");
 	for (int i = 0; i < ru->nopt; i++)
-		push(&argv, &argc, &cap, ru->opt[i]);
+		bad |= push(&argv, &argc, &cap, ru->opt[i]);
 	for (int i = 0; i < t->nopt; i++)
-		push(&argv, &argc, &cap, t->opt[i]);
-	push(&argv, &argc, &cap, "--");
+		bad |= push(&argv, &argc, &cap, t->opt[i]);
+	bad |= push(&argv, &argc, &cap, "--");
 	for (int i = 0; i < t->argc; i++)
-		push(&argv, &argc, &cap, t->argv[i]);
-	execv("/proc/self/exe", argv);
-	fprintf(stderr, "distrun: cannot run /proc/self/exe: %s\n",
-		strerror(errno));
-	_exit(EXIT_NOEXEC);
+		bad |= push(&argv, &argc, &cap, t->argv[i]);
+	if (bad) {
+		free(argv);
+		return NULL;
+	}
+	return argv;
+}
+
+/* Our environment with the test's NAME=VALUE entries in place of ours
+ * (malloc'd vector of borrowed strings), or NULL when out of memory. */
+static char **case_env(const struct ci_test *t)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = malloc((n + (size_t)t->nenv + 1) * sizeof(*env));
+	if (!env)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strcspn(environ[i], "=");
+		int j;
+
+		for (j = 0; j < t->nenv; j++)
+			if (!strncmp(t->env[j], environ[i], len) &&
+			    t->env[j][len] == '=')
+				break;
+		if (j == t->nenv)
+			env[k++] = environ[i];
+	}
+	for (int j = 0; j < t->nenv; j++)
+		env[k++] = t->env[j];
+	env[k] = NULL;
+	return env;
+}
+
+/* Opens the case's console file DIR/console.NAME for the child; -1 after
+ * a message. */
+static int console_file(const struct ci_case *c, const char *name)
+{
+	char path[PATH_MAX + 32];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/console.%s", c->dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		fprintf(stderr, "distrun: %s: %s\n", path, strerror(errno));
+	return fd;
+}
+
+/* Starts the case's child distrun in its own process group, its stdin
+ * /dev/null (one stdin cannot feed several runs, a sweep's sizes or the
+ * cases of a list, whatever --stdin says) and, but in a sweep, its
+ * console into the case's files.  Its pid, or -1 after a message. */
+static pid_t start_child(struct runner *ru, struct ci_case *c,
+			 char **prefix, int nprefix)
+{
+	struct child ch = CHILD_INIT;
+	char nbuf[16], tbuf[32];
+	char **argv = case_argv(ru, c, prefix, nprefix, nbuf, tbuf);
+	char **env = case_env(c->test);
+
+	ch.argv = argv;
+	ch.path = "/proc/self/exe";
+	ch.env = env;
+	ch.cwd = c->list ? c->list->dir : NULL;
+	ch.in = CHILD_DEVNULL;
+	ch.new_pgroup = true;
+	ch.pdeathsig = SIGTERM;
+	ch.mask = &ru->orig_mask;
+	if (!argv || !env) {
+		perror("distrun");
+		goto out;
+	}
+	if (!ru->sweep && ((ch.out = console_file(c, "out")) < 0 ||
+			   (ch.err = console_file(c, "err")) < 0))
+		goto out;
+	if (child_start(&ch) == 0)
+		goto out;
+	if (ch.step == CHILD_STEP_CWD)
+		fprintf(stderr, "distrun: %s: %s\n", ch.cwd, strerror(errno));
+	else if (ch.step == CHILD_STEP_EXEC)
+		fprintf(stderr, "distrun: cannot run /proc/self/exe: %s\n",
+			strerror(errno));
+	else
+		perror("distrun: fork");
+out:
+	if (ch.out > 2)
+		close(ch.out);
+	if (ch.err > 2)
+		close(ch.err);
+	free(argv);
+	free(env);
+	return ch.pid;
 }
 
 /* The case's directory: under --output-dir (kept) or the temporary root. */
@@ -261,15 +327,9 @@ int testrun_start_case(struct runner *ru, struct slot *s, int idx,
 		       ru->ncases, c->attempts > 1 ? ", again" : "");
 	fflush(stdout);
 	fflush(stderr);
-	pid = fork();
-	if (pid < 0) {
-		perror("distrun: fork");
+	pid = start_child(ru, c, prefix, nprefix);
+	if (pid < 0)
 		return -1;
-	}
-	if (pid == 0)
-		exec_case(ru, c, prefix, nprefix);
-	/* Both sides set the group, so a signal sent at once reaches it. */
-	setpgid(pid, pid);
 	s->c = idx;
 	s->pid = pid;
 	s->t0 = now_mono();

@@ -199,42 +199,41 @@ out:
 
 /* ------------------------------------------------------------ set-up */
 
+/* The cleaner: waits for EOF on fd 3, then removes the directory. */
+static int cleaner_main(void *dir)
+{
+	char c;
+
+	while (read(3, &c, 1) < 0 && errno == EINTR)
+		;
+	/* Twice: a case killed with us may still have been writing. */
+	rm_tree(dir);
+	usleep(200000);
+	rm_tree(dir);
+	return 0;
+}
+
 /* Forks the process that removes dir once we are gone (EOF on the pipe
  * whose write end only we hold, close-on-exec).  It has the terminal's
- * signals blocked, as the runner has, so a ^C does not end it before it
- * has cleaned.  Without it the directory is still removed at a normal
- * end. */
+ * signals blocked, as the runner has (child.c keeps them for a forked
+ * function), so a ^C does not end it before it has cleaned; and it keeps
+ * no fd but its end of the pipe.  Without it the directory is still
+ * removed at a normal end. */
 static void tmp_cleaner(const char *dir)
 {
+	struct child c = CHILD_INIT;
 	int fds[2];
-	pid_t pid;
 
 	if (pipe2(fds, O_CLOEXEC))
 		return;
-	pid = fork();
-	if (pid == 0) {
-		char c;
-
-		/* The signals the runner blocked stay blocked here. */
+	c.fn = cleaner_main;
+	c.arg = (void *)dir;
+	c.in = c.out = c.err = CHILD_DEVNULL;
+	c.pass_fd = fds[0];
+	c.close_fds = true;
+	if (child_start(&c))
 		close(fds[1]);
-		/* fds[0] stays open (an fd >= 3 among them): keep nothing else */
-		for (int fd = 0; fd < 3; fd++)
-			if (fd != fds[0])
-				close(fd);
-		if (fds[0] > 3)
-			close_range(3, (unsigned)fds[0] - 1, 0);
-		close_range((unsigned)fds[0] + 1, ~0U, 0);
-		while (read(fds[0], &c, 1) < 0 && errno == EINTR)
-			;
-		/* Twice: a case killed with us may still have been writing. */
-		rm_tree(dir);
-		usleep(200000);
-		rm_tree(dir);
-		_exit(0);
-	}
 	close(fds[0]);
-	if (pid < 0)
-		close(fds[1]);
 	/* fds[1] is closed when we exit: that is the signal. */
 }
 
