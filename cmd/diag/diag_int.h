@@ -55,7 +55,7 @@ struct stack {
 	char **frames;       /* the selected thread's frames, as printed */
 	int nframes;
 	/* collection */
-	pid_t gdb;
+	struct child gdb;    /* while method is "gdb" */
 	int fd;              /* gdb's output, or the Python memfd */
 	off_t py_from;       /* memfd size before our signal */
 	off_t py_last;

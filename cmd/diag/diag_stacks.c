@@ -1,8 +1,9 @@
 /*
  * diag_stacks.c - what a rank's process is doing, seen from outside,
  * without its help: /proc (state, wchan, CPU time, a zombie's exit code)
- * and its stack.  Native programs are stopped briefly by gdb in batch mode
- * (ranks allow distrun's descendants to trace them, PR_SET_PTRACER in
+ * and its stack.  Native programs are stopped briefly by gdb in batch
+ * mode, which child.c starts in its own process group, to die with
+ * distrun (ranks allow distrun's descendants to trace them, PR_SET_PTRACER in
  * spawn.c, so Yama's ptrace_scope=1 is no obstacle); Python programs dump
  * every thread by faulthandler on SIGUSR2 into a memfd that
  * share/distrun/python/sitecustomize.py (on PYTHONPATH by diag_env) made,
@@ -22,14 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "diag_int.h"
-
-extern char **environ;
 
 /* Stacks: how long one gdb may take, how many run at once, how long all
  * of them together may take, how long a Python rank has to dump. */
@@ -145,49 +142,44 @@ static int py_memfd(pid_t pid)
 	return fd;
 }
 
-static pid_t gdb_start(const struct job *job, const char *gdb, pid_t pid,
-		       int *fd)
+/* Starts gdb on process pid, its stdout and stderr into a pipe whose
+ * non-blocking read end is *fd.  0, or -1 with errno. */
+static int gdb_start(const struct job *job, struct child *c, const char *gdb,
+		     pid_t pid, int *fd)
 {
 	char spid[16];
-	int p[2];
-	pid_t child;
+	char *argv[] = { (char *)gdb, "-nx", "-batch", "-p", spid,
+			 "-iex", "set debuginfod enabled off",
+			 "-iex", "set auto-load off",
+			 "-ex", "set pagination off",
+			 "-ex", "thread apply all bt", NULL };
+	int p[2], rc;
 
+	/* A blocking read would stall the diagnosis: no stacks then. */
 	if (pipe2(p, O_CLOEXEC))
 		return -1;
-	snprintf(spid, sizeof(spid), "%d", (int)pid);
-	child = fork();
-	if (child < 0) {
-		close(p[0]);
-		close(p[1]);
-		return -1;
-	}
-	if (child == 0) {
-		char *argv[] = { (char *)gdb, "-nx", "-batch", "-p", spid,
-				 "-iex", "set debuginfod enabled off",
-				 "-iex", "set auto-load off",
-				 "-ex", "set pagination off",
-				 "-ex", "thread apply all bt", NULL };
-
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (dup2(job->devnull, 0) < 0 || dup2(p[1], 1) < 0 ||
-		    dup2(p[1], 2) < 0)
-			_exit(127);
-		sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
-		execve(gdb, argv, environ);
-		_exit(127);
-	}
-	close(p[1]);
 	if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
-		/* A blocking read would stall the diagnosis: no stacks. */
-		kill(child, SIGKILL);
-		while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
-			;
+		rc = -1;
+		goto out;
+	}
+	snprintf(spid, sizeof(spid), "%d", (int)pid);
+	*c = (struct child)CHILD_INIT;
+	c->argv = argv;
+	c->in = CHILD_DEVNULL;
+	c->out = c->err = p[1];
+	c->close_fds = true;
+	c->new_pgroup = true;
+	c->pdeathsig = SIGKILL;
+	c->mask = &job->orig_mask;
+	rc = child_start(c);
+out:
+	close(p[1]);
+	if (rc) {
 		close(p[0]);
 		return -1;
 	}
 	*fd = p[0];
-	return child;
+	return 0;
 }
 
 static const char *basename_of(const char *path, size_t len, size_t *out)
@@ -476,8 +468,8 @@ void diag_stacks_collect(struct job *job, struct stack *sts,
 				st->done = true;
 				continue;
 			}
-			st->gdb = gdb_start(job, gdb, pids[next], &st->fd);
-			if (st->gdb < 0) {
+			if (gdb_start(job, &st->gdb, gdb, pids[next],
+				      &st->fd)) {
 				snprintf(st->err, sizeof(st->err), "cannot run "
 					 "%.100s: %s", gdb, strerror(errno));
 				st->done = true;
@@ -495,7 +487,7 @@ void diag_stacks_collect(struct job *job, struct stack *sts,
 			left++;
 			if (!strcmp(st->method, "gdb")) {
 				if (t > st->deadline) {
-					kill(st->gdb, SIGKILL);
+					child_finish(&st->gdb, 0, NULL);
 					snprintf(st->err, sizeof(st->err),
 						 "gdb took over %gs",
 						 GDB_TIMEOUT);
@@ -507,8 +499,7 @@ void diag_stacks_collect(struct job *job, struct stack *sts,
 				} else {
 					continue;
 				}
-				/* killed: reaped below */
-				waitpid(st->gdb, NULL, 0);
+				/* killed and reaped */
 				close(st->fd);
 				st->fd = -1;
 				st->method = NULL;
@@ -580,7 +571,7 @@ void diag_stacks_collect(struct job *job, struct stack *sts,
 			/* EOF: gdb is done */
 			close(st->fd);
 			st->fd = -1;
-			waitpid(st->gdb, NULL, 0);
+			child_wait(&st->gdb, -1, NULL);
 			st->done = true;
 			running--;
 			stack_finish_gdb(st, pids[who[i]]);
