@@ -14,12 +14,12 @@
  *    itself into it before exec, or is made in it by clone3 (spawn.c,
  *    clone_into.c).  Whatever a rank forks stays in it, whatever it
  *    does with sessions and groups.
- *  - Before the ranks start, distrun forks the guard, which keeps the read
- *    end of a pipe.  distrun writes each rank's pid (also its process
- *    group) into the pipe when it starts the rank, and the pid negated
- *    when it has seen the rank exit, before it reaps it: a pid that can be
- *    reused is never in the guard's list, so the guard never signals a
- *    stranger's group.
+ *  - Before the ranks start, distrun forks the guard (child.c), which
+ *    keeps the read end of a pipe.  distrun writes each rank's pid (also
+ *    its process group) into the pipe when it starts the rank, and the
+ *    pid negated when it has seen the rank exit, before it reaps it: a
+ *    pid that can be reused is never in the guard's list, so the guard
+ *    never signals a stranger's group.
  *  - If the pipe reaches EOF, distrun is gone: the guard kills the cgroup
  *    (cgroup.kill, or each pid of cgroup.procs where that file is
  *    missing), the ranks' process groups still listed, and, without a
@@ -50,7 +50,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -320,24 +319,24 @@ static void forget(pid_t pid)
 		}
 }
 
-static void __attribute__((noreturn))
-guard_main(int rd, const char *cgroup_dir, struct want *w)
+/* What the guard's child needs: it is forked, so these are its copy. */
+struct guard_args {
+	const char *cgroup_dir;
+	struct want w;
+};
+
+/* The guard itself: its pipe's read end is fd 3 (child.c), fds 0-2 are
+ * /dev/null, and it has no other. */
+static int guard_main(void *arg)
 {
+	struct guard_args *a = arg;
+	struct want *w = &a->w;
+	const char *cgroup_dir = a->cgroup_dir;
 	pid_t msg[256];
 	char *p = (char *)msg;
 	size_t have = 0;
+	int rd = 3;
 
-	/* Without its pipe the guard cannot work: distrun's next write
-	 * fails and it goes on without one (guard_send). */
-	if (rd != 3) {
-		if (dup2(rd, 3) != 3)
-			_exit(1);
-		rd = 3;
-	}
-	close_range(4, ~0U, 0);
-	close(0);
-	close(1);
-	close(2);
 	for (;;) {
 		ssize_t r = read(rd, p + have, sizeof(msg) - have);
 		size_t n;
@@ -365,7 +364,7 @@ guard_main(int rd, const char *cgroup_dir, struct want *w)
 	else
 		kill_by_environ(w);
 	explicit_bzero(w, sizeof(*w));
-	_exit(0);
+	return 0;
 }
 
 /* What the fallback looks for: the job id, the secret, the node, as
@@ -392,28 +391,34 @@ static void want_fill(const struct job *job, struct want *w)
 
 int guard_start(struct job *job)
 {
-	struct want w;
-	int fds[2];
-	pid_t pid;
+	struct child c = CHILD_INIT;
+	struct guard_args a;
+	int fds[2], rc;
 
 	job->guard_fd = -1;
 	cgroup_create(job);
 	if (pipe2(fds, O_CLOEXEC))
 		goto fail;
-	pid = fork();
-	if (pid < 0) {
-		close(fds[0]);
+	a.cgroup_dir = job->cgroup_dir;
+	want_fill(job, &a.w);
+	/* Forked, no exec: it keeps distrun's blocked stop signals, so it
+	 * ends only by EOF or SIGKILL, and no pdeathsig, as it is to outlive
+	 * distrun.  It keeps no fd but its pipe, so that no rank's pipe stays
+	 * open because of it. */
+	c.fn = guard_main;
+	c.arg = &a;
+	c.in = c.out = c.err = CHILD_DEVNULL;
+	c.pass_fd = fds[0];
+	c.close_fds = true;
+	rc = child_start(&c);
+	explicit_bzero(&a.w, sizeof(a.w));
+	close(fds[0]);
+	if (rc) {
 		close(fds[1]);
 		goto fail;
 	}
-	if (pid == 0) {
-		close(fds[1]);
-		want_fill(job, &w);
-		guard_main(fds[0], job->cgroup_dir, &w);
-	}
-	close(fds[0]);
 	job->guard_fd = fds[1];
-	job->guard_pid = pid;
+	job->guard_pid = c.pid;
 	return 0;
 fail:
 	fprintf(stderr, "distrun: cannot start the guard process: %s\n",
@@ -444,9 +449,11 @@ void guard_forget(struct job *job, pid_t pgid)
 void guard_done(struct job *job)
 {
 	if (job->guard_pid > 0) {
-		kill(job->guard_pid, SIGKILL);
-		while (waitpid(job->guard_pid, NULL, 0) < 0 && errno == EINTR)
-			;
+		struct child c = CHILD_INIT;
+
+		/* Not yet reaped (job.c forgets it when it reaps it). */
+		c.pid = job->guard_pid;
+		child_finish(&c, 0, NULL);
 		job->guard_pid = 0;
 	}
 	if (job->guard_fd >= 0)
