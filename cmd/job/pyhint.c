@@ -12,25 +12,19 @@
  * whether it can find the module (importlib.util.find_spec: nothing is
  * imported), each with a time limit, and the ones that can are named.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "launcher.h"
 
 #define PROBE_SECONDS 5.0
 #define MAX_CANDIDATES 8
-
-extern char **environ;
 
 /* The kept end of rank rk's stderr, in order, NUL-terminated (malloc'd),
  * or NULL. */
@@ -49,40 +43,24 @@ static char *tail_text(const struct rank *rk)
 }
 
 /* Whether python finds module (0: yes, 1: no, -1: could not ask). */
-static int probe(const char *python, const char *module)
+static int probe(const struct job *job, const char *python,
+		 const char *module)
 {
 	char *argv[] = { (char *)python, "-c",
 		"import importlib.util, sys; "
 		"sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)",
 		(char *)module, NULL };
-	double until = now_mono() + PROBE_SECONDS;
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int st, rc;
+	struct child c = CHILD_INIT;
+	int st;
 
-	if (posix_spawn_file_actions_init(&fa))
+	c.argv = argv;
+	c.in = c.out = c.err = CHILD_DEVNULL;
+	c.close_fds = true;
+	c.pdeathsig = SIGKILL;
+	c.mask = &job->orig_mask;
+	if (child_start(&c) ||
+	    child_finish(&c, (int)(PROBE_SECONDS * 1000), &st))
 		return -1;
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-	rc = posix_spawn(&pid, python, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	if (rc)
-		return -1;
-	for (;;) {
-		pid_t w = waitpid(pid, &st, WNOHANG);
-
-		if (w == pid)
-			break;
-		if (w < 0 && errno != EINTR)
-			return -1;
-		if (now_mono() > until) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -1;
-		}
-		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
-	}
 	return WIFEXITED(st) && WEXITSTATUS(st) <= 1 ? WEXITSTATUS(st) : -1;
 }
 
@@ -152,7 +130,7 @@ void pyhint_rank_failed(struct job *job)
 	add_candidate(cand, real, &n, "/usr/bin/python3", ran);
 	add_candidate(cand, real, &n, "/usr/local/bin/python3", ran);
 	for (int i = 0; i < n; i++)
-		if (probe(cand[i], module) == 0) {
+		if (probe(job, cand[i], module) == 0) {
 			fprintf(stderr, "distrun: %s has '%s': --python %s\n",
 				cand[i], module, cand[i]);
 			found++;
