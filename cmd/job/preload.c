@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -109,7 +108,7 @@ enum ranks_left { LEFT_NONE, LEFT_RUNNING, LEFT_EXITED };
 
 struct preload {
 	int fd;                    /* the server connection, -1: none */
-	pid_t server;              /* our child, 0: the broker's */
+	struct child server;       /* our child; pid 0: the broker's */
 	bool off;                  /* start ranks the usual way from now */
 	char *mods;                /* "torch,numpy" */
 	struct sbuf spec;          /* argv, cwd, env (NUL-separated) */
@@ -334,29 +333,24 @@ fail:
 	return NULL;
 }
 
-void preload_server_exec(char **v, char **env, const char *cwd, int fd,
-			 int devnull, int cgroup_fd, pid_t parent,
-			 const sigset_t *mask)
+void preload_server_child(struct child *c, char **v, char **env,
+			  const char *cwd, int fd, int cgroup_fd,
+			  const sigset_t *mask)
 {
-	setpgid(0, 0);   /* the terminal's ^C is for distrun */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
-		_exit(127);
-	if (cgroup_fd >= 0)
-		(void)!write(cgroup_fd, "0", 1);
-	if ((cwd && chdir(cwd)) || dup2(devnull, 0) < 0 || dup2(2, 1) < 0)
-		_exit(127);
-	if ((fd == 3 ? fcntl(3, F_SETFD, 0) : dup2(fd, 3)) < 0)
-		_exit(127);
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-
-		if (!sigaction(sig, NULL, &sa) && (sig == SIGPIPE ||
-		    (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)))
-			signal(sig, SIG_DFL);
-	}
-	sigprocmask(SIG_SETMASK, mask, NULL);
-	execve(v[0], v + 1, env);
-	_exit(127);
+	*c = (struct child)CHILD_INIT;
+	c->path = v[0];
+	c->argv = v + 1;
+	c->env = env;
+	c->cwd = cwd;
+	/* Its stdout is distrun's stderr: what the modules print at import
+	 * is no rank's output. */
+	c->in = CHILD_DEVNULL;
+	c->out = 2;
+	c->pass_fd = fd;
+	c->new_pgroup = true;   /* the terminal's ^C is for distrun */
+	c->pdeathsig = SIGKILL;
+	c->cgroup_fd = cgroup_fd;
+	c->mask = mask;
 }
 
 /* ------------------------------------------------------------ the wire */
@@ -522,37 +516,34 @@ int preload_prepare(struct job *job)
 	return 0;
 }
 
-/* Starts our own server on one end of a socket pair; returns our end. */
+/* Starts our own server on one end of a socket pair; returns our end, or
+ * -1 with errno. */
 static int start_own(struct job *job, struct preload *p)
 {
 	const char *cwd;
 	char **env, **argv = preload_spec_split(p->spec.s, p->spec.len, p->spec_argc,
 					"client", &cwd, &env);
-	int sv[2] = { -1, -1 };
-	sigset_t all, mask;
-	pid_t pid, self = getpid();
+	int sv[2] = { -1, -1 }, e;
+	struct child c;
 
 	if (!argv || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
 		goto fail;
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, &mask);
-	pid = vfork();
-	if (pid == 0)
-		preload_server_exec(argv, env, NULL, sv[1], job->devnull,
-			    job->cgroup_fd, self, &job->orig_mask);
-	sigprocmask(SIG_SETMASK, &mask, NULL);
-	if (pid < 0)
+	preload_server_child(&c, argv, env, NULL, sv[1], job->cgroup_fd,
+			     &job->orig_mask);
+	if (child_start(&c))
 		goto fail;
-	p->server = pid;
+	p->server = c;
 	close(sv[1]);
 	free(argv);
 	return sv[0];
 fail:
+	e = errno;
 	free(argv);
 	if (sv[0] >= 0) {
 		close(sv[0]);
 		close(sv[1]);
 	}
+	errno = e;
 	return -1;
 }
 
@@ -636,7 +627,7 @@ void preload_begin(struct job *job)
 	rc = read_line(p, line, sizeof(line), t0 + wait, true);
 	if (rc == 1 && !strncmp(line, "READY ", 6)) {
 		p->off = false;
-		if (job->o->summary && p->server)
+		if (job->o->summary && p->server.pid > 0)
 			fprintf(stderr, "distrun: ranks are forked from a warm "
 				"%s that imported %s in %.2fs (--preload)\n",
 				job->prog_path, p->mods, now_mono() - t0);
@@ -791,7 +782,7 @@ int preload_fork(struct job *job, int r, int in, int out, int err,
 
 bool preload_owns(const struct job *job, pid_t pid)
 {
-	return job->preload && job->preload->server == pid && pid > 0;
+	return job->preload && job->preload->server.pid == pid && pid > 0;
 }
 
 static int rank_of(struct job *job, pid_t pid)
@@ -917,21 +908,9 @@ void preload_release(struct job *job)
 	if (!p)
 		return;
 	close_conn(p);
-	if (p->server > 0) {
-		/* With no client left it exits; a server that does not is
-		 * still our unreaped child, so its pid is safe to kill. */
-		double end = now_mono() + PRELOAD_EXIT_WAIT;
-		pid_t got;
-
-		while ((got = waitpid(p->server, NULL, WNOHANG)) == 0 &&
-		       now_mono() < end)
-			usleep(5000);
-		if (got == 0) {
-			kill(p->server, SIGKILL);
-			while (waitpid(p->server, NULL, 0) < 0 && errno == EINTR)
-				;
-		}
-	}
+	/* With no client left it exits; one that does not is killed. */
+	if (p->server.pid > 0)
+		child_finish(&p->server, (int)(PRELOAD_EXIT_WAIT * 1000), NULL);
 	for (int i = 0; i < p->nqueue; i++)
 		free(p->queue[i]);
 	free(p->queue);

@@ -70,11 +70,12 @@ void preload_broker_release(void);
  * argv starts at v + 1.  NULL when malformed or out of memory. */
 char **preload_spec_split(const char *spec, size_t len, int argc,
 			  const char *how, const char **cwd, char ***env);
-/* In a vfork'd or forked child: becomes the server (v from
- * preload_spec_split), with fd as its fd 3, its own process group,
- * PR_SET_PDEATHSIG on parent.  Async-signal-safe calls only. */
-void preload_server_exec(char **v, char **env, const char *cwd, int fd,
-			 int devnull, int cgroup_fd, pid_t parent,
-			 const sigset_t *mask) __attribute__((noreturn));
+struct child;
+/* Fills c (child.c) to start the server: v from preload_spec_split, fd
+ * as its fd 3, its own process group, PR_SET_PDEATHSIG, cgroup_fd (-1:
+ * none) to enter, mask as its signal mask. */
+void preload_server_child(struct child *c, char **v, char **env,
+			  const char *cwd, int fd, int cgroup_fd,
+			  const sigset_t *mask);
 
 #endif

@@ -35,7 +35,7 @@ struct shared {
 	char *key;                 /* spec, as the cases sent it */
 	size_t keylen;
 	int door;                  /* SOCK_SEQPACKET to the server */
-	pid_t pid;
+	struct child server;
 };
 
 static struct {
@@ -82,8 +82,8 @@ static struct shared *broker_server(const char *spec, size_t len, int argc)
 	struct shared *s, *ns;
 	const char *cwd;
 	char **env, **argv;
-	int sv[2], devnull;
-	pid_t pid, self = getpid();
+	int sv[2];
+	bool started;
 
 	for (int i = 0; i < broker.nsrv; i++)
 		if (broker.srv[i].keylen == len &&
@@ -97,34 +97,25 @@ static struct shared *broker_server(const char *spec, size_t len, int argc)
 	argv = preload_spec_split(spec, len, argc, "door", &cwd, &env);
 	if (!argv)
 		return NULL;
-	devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (devnull < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC,
-				      0, sv)) {
-		if (devnull >= 0)
-			close(devnull);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
 		free(argv);
 		return NULL;
 	}
-	pid = fork();
-	if (pid == 0)
-		preload_server_exec(argv, env, cwd, sv[1], devnull, -1, self,
-			    &broker.mask);
-	close(devnull);
+	preload_server_child(&s->server, argv, env, cwd, sv[1], -1,
+			     &broker.mask);
+	started = !child_start(&s->server);
 	close(sv[1]);
 	free(argv);
-	s->key = pid > 0 ? malloc(len) : NULL;
+	s->key = started ? malloc(len) : NULL;
 	if (!s->key) {
 		close(sv[0]);
-		if (pid > 0) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-		}
+		if (started)
+			child_finish(&s->server, 0, NULL);
 		return NULL;
 	}
 	memcpy(s->key, spec, len);
 	s->keylen = len;
 	s->door = sv[0];
-	s->pid = pid;
 	broker.nsrv++;
 	return s;
 }
@@ -197,15 +188,9 @@ void preload_broker_release(void)
 	 * is still our unreaped child is safe to kill. */
 	for (int i = 0; i < broker.nsrv; i++) {
 		struct shared *s = &broker.srv[i];
-		pid_t got;
+		int left = (int)((end - now_mono()) * 1000);
 
-		while ((got = waitpid(s->pid, NULL, WNOHANG)) == 0 &&
-		       now_mono() < end)
-			usleep(5000);
-		if (got == 0) {
-			kill(s->pid, SIGKILL);
-			waitpid(s->pid, NULL, 0);
-		}
+		child_finish(&s->server, left > 0 ? left : 0, NULL);
 		free(s->key);
 	}
 	free(broker.srv);
