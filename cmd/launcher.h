@@ -269,10 +269,11 @@ int nodes_job_finish(struct job *job, int status);
  * node, a rank that failed; not a signal or --timeout): says so and
  * returns the next round's number, else 0 (naming the lost node when the
  * restarts are used up).  nodes_reexec then starts this distrun afresh
- * (its argv, DISTRUN_RESTART_COUNT=round) once everything is released;
- * it returns only if exec fails, after a message. */
+ * (its argv, DISTRUN_RESTART_COUNT=round, mask: the signal mask it was
+ * started with) once everything is released; it returns only if exec
+ * fails, after a message. */
 int nodes_job_restart(struct job *job, int status);
-void nodes_reexec(char **argv, int round);
+void nodes_reexec(char **argv, int round, const sigset_t *mask);
 
 /* Monotonic and wall-clock time in seconds (runtime/clock.h: the
  * runtime's own clock, shared). */

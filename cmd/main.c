@@ -290,6 +290,6 @@ out:
 	nodes_release(job.nodes);
 	opts_release(&o);
 	if (again)   /* returns only if exec fails */
-		nodes_reexec(argv, again);
+		nodes_reexec(argv, again, &job.orig_mask);
 	return rc;
 }

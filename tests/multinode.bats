@@ -359,6 +359,34 @@ lose_hub() {
 	cat "$TMP"/n? | grep -q 'round=1 .* G=1 '
 }
 
+@test "etcd: after a restart, the ranks start with nothing blocked, as in the first round" {
+	# A C or Python rank, not sh: a shell clears its own signal mask.
+	cat >"$TMP/job.py" <<-'EOF'
+	#!/usr/bin/python3
+	import os
+	blk = [l.split()[1] for l in open("/proc/self/status")
+	       if l.startswith("SigBlk:")][0]
+	r = os.environ["TORCHELASTIC_RESTART_COUNT"]
+	print("round=%s G=%s blk=%s" % (r, os.environ["GROUP_RANK"], blk),
+	      flush=True)
+	if r == "0":
+	    os.execv("/bin/sleep", ["sleep", "200"])
+	EOF
+	chmod +x "$TMP/job.py"
+	hosts 3
+	etcd_up
+	for i in 0 1 2; do
+		enode $i 2:3 -n 1 --max-restarts 1 --timeout 200s "$TMP/job.py" &
+		eval "p$i=\$!"
+	done
+	wait_until 60 in_round 0 3
+	lose_hub
+	for i in 0 1 2; do eval "wait \$p$i" || true; done
+	cat "$TMP"/n?
+	[ "$(cat "$TMP"/n? | grep -c '] round=0 G=[012] blk=0000000000000000$')" -eq 3 ]
+	[ "$(cat "$TMP"/n? | grep -c '] round=1 G=[01] blk=0000000000000000$')" -eq 2 ]
+}
+
 @test "etcd: a lost node with no restarts left stops the job, naming the node" {
 	hosts 3
 	etcd_up

@@ -311,7 +311,7 @@ int nodes_job_restart(struct job *job, int status)
 	return job->restarts + 1;
 }
 
-void nodes_reexec(char **argv, int round)
+void nodes_reexec(char **argv, int round, const sigset_t *mask)
 {
 	char v[16];
 
@@ -325,6 +325,10 @@ void nodes_reexec(char **argv, int round)
 		snprintf(self, sizeof(self), "/proc/self/exe");
 	snprintf(v, sizeof(v), "%d", round);
 	fflush(NULL);
+	/* A blocked mask and an ignored SIGPIPE survive exec: the new
+	 * distrun would take them for what it was started with, and give
+	 * its ranks SIGTERM and SIGINT blocked. */
+	child_reset_signals(mask);
 	if (!setenv("DISTRUN_RESTART_COUNT", v, 1))
 		execv(self, argv);
 	fprintf(stderr, "distrun: cannot start again for restart %d: %s\n",
