@@ -452,16 +452,10 @@ static int child_main(void *arg)
 	for (int i = 0; i < child_nstore_fds; i++)
 		if (fcntl(child_store_fds[i], F_SETFD, 0) < 0)
 			goto fail;
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-
-		/* SIGPIPE is ignored in distrun, and exec would keep that. */
-		if (!sigaction(sig, NULL, &sa) && (sig == SIGPIPE ||
-		    (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)))
-			signal(sig, SIG_DFL);
-	}
+	/* SIGPIPE and caught signals to their defaults, the mask distrun
+	 * was started with: what every exec'd child gets (child.c). */
+	child_reset_signals(&job->orig_mask);
 	ce.step = SPAWN_STEP_EXEC;
-	sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
 	execve(job->prog_path, job->o->argv, job->env);
 fail:
 	ce.err = errno;
