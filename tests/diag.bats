@@ -74,7 +74,7 @@ nothing_left() {
 	grep -Eq '^  world seq 1 barrier: ranks 0,2-3 waiting [0-9.]+s$' <<<"$output"
 	grep -Eq '^  rank 1 never entered it: in user code for [0-9.]+s, last call seq 0$' <<<"$output"
 	grep -q "^    rank 1: .*compute_step (diag_hang.c:$(line "$HANG_C" compute_step))" <<<"$output"
-	grep -q "^    ranks 0,2-3: .*dr_barrier (coll_barrier.c:[0-9]*)  #[0-9]* main (diag_hang.c:$(line "$HANG_C" barrier))" <<<"$output"
+	grep -q "^    ranks 0,2-3: .*dr_barrier (coll_api.c:[0-9]*)  #[0-9]* main (diag_hang.c:$(line "$HANG_C" barrier))" <<<"$output"
 	grep -q '^  rank 1 is the odd one out$' <<<"$output"
 	# The table: who waits on whom.
 	grep -Eq '^ +1  [0-9]+ +[A-Z] +0 +\(user code\)' <<<"$output"
