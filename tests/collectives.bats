@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # The collectives beyond barrier/all_reduce/broadcast, subgroups, point to
 # point, asynchronous work and the monitored barrier, as a user sees them:
-# a program (tests/c/coll_more.c) run under distrun that checks every
-# result against a reference and prints what it got.
+# programs run under distrun (tests/c/coll_more.c; coll_limits.c for large
+# jobs and out of memory) that check every result against a reference and
+# print what they got.
 
 load common
 
@@ -163,14 +164,22 @@ mismatch() {
 	grep -q '^\[2\] rank 2: DR_ETIMEDOUT: Rank 0 failed to pass monitoredBarrier' <<<"$output"
 }
 
-@test "64 ranks: barrier, all_reduce, all_gather and all_to_all" {
-	passes 64 smoke
+# limits N MODE...: coll_limits MODE on N ranks exits 0, every rank ok.
+limits() {
+	local n=$1; shift
+	run "$DISTRUN" --timeout 150s -n "$n" "$CTESTS/coll_limits" "$@"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	every_rank_ok "$n"
+}
+
+@test "64 ranks: barrier, all_reduce, all_gather, all_to_all and all sending to rank 0" {
+	limits 64 smoke
 }
 
 # About 5 s here (2 cores): connections are made as the algorithms need
 # them, so no rank holds anything near 255 sockets.
 @test "256 ranks: barrier, all_reduce and all_gather, few sockets per rank" {
-	passes 256 smoke
+	limits 256 smoke
 	fds=$(sed -n 's/.*rank 255: \([0-9]*\) file descriptors open.*/\1/p' <<<"$output")
 	[ -n "$fds" ] && [ "$fds" -lt 64 ]
 }
@@ -207,7 +216,8 @@ mismatch() {
 @test "a rank out of memory inside a collective: its peer fails at once with that reason, not at the timeout" {
 	# Messages: the shared-memory all_reduce (coll_shm.c) needs no
 	# scratch memory to run out of.
-	DISTRUN_SHM_COLL=0 ranks 2 oom "$BATS_TEST_TMPDIR/done"
+	DISTRUN_SHM_COLL=0 run "$DISTRUN" --timeout 150s -n 2 \
+		"$CTESTS/coll_limits" oom "$BATS_TEST_TMPDIR/done"
 	echo "$output"
 	grep -q 'skip: the sanitizer' <<<"$output" && skip "not under ASAN"
 	grep -q '^\[0\] rank 0: failed: DR_ENOMEM: rank 0: out of memory' <<<"$output"

@@ -571,7 +571,7 @@ dead() {
 		skip "rank 0 needs 4096 sockets: the hard fd limit is $(ulimit -Hn)"
 	unset DISTRUN_TRANSPORT # over 512 ranks auto is TCP anyway
 	run "$DISTRUN" --timeout 300s --report "$DIR/r.json" -n 4096 \
-		"$CTESTS/coll_more" smoke
+		"$CTESTS/coll_limits" smoke
 	[ "$status" -eq 0 ] || { grep -v ': ok, ' <<<"$output" | head -40; return 1; }
 	[ "$(grep -c '^\[ *[0-9]*\] rank [0-9]*: ok, [0-9]* checks$' <<<"$output")" -eq 4096 ]
 	# connections are lazy: the last rank talks to a few peers, not 4095

@@ -3,6 +3,11 @@
  * and the message on stderr and exits 1; TRY(call) dies naming the call,
  * its error and dr_last_error().  The including file defines the int
  * `rank` they print.
+ *
+ * The collectives' programs (coll_more.c, coll_limits.c) report on stdout,
+ * where the tests read every rank's verdict, and count what they checked
+ * ("rank R: ok, N checks"): FAIL names the file and line, CHECK_OK(call)
+ * and CHECK_ERR(want, call) count a check; they need `long checks` too.
  */
 #ifndef DR_TEST_CHECK_H
 #define DR_TEST_CHECK_H
@@ -27,5 +32,43 @@
 			DIE("%s failed: %s: %s", #call, dr_err_name(e_),     \
 			    dr_last_error());                                \
 	} while (0)
+
+#define FAIL(...)                                                            \
+	do {                                                                 \
+		printf("rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__);   \
+		printf(__VA_ARGS__);                                         \
+		printf("\n");                                                \
+		fflush(stdout);                                              \
+		exit(1);                                                     \
+	} while (0)
+
+#define CHECK_OK(call)                                                       \
+	do {                                                                 \
+		dr_err e_ = (call);                                          \
+		if (e_ != DR_OK)                                             \
+			FAIL("%s: %s: %s", #call, dr_err_name(e_),           \
+			     dr_last_error());                               \
+		checks++;                                                    \
+	} while (0)
+
+#define CHECK_ERR(want, call)                                                \
+	do {                                                                 \
+		dr_err e_ = (call);                                          \
+		if (e_ != (want))                                            \
+			FAIL("%s: got %s, want %s (%s)", #call,              \
+			     dr_err_name(e_), dr_err_name(want),             \
+			     dr_last_error());                               \
+		checks++;                                                    \
+	} while (0)
+
+/* malloc that fails the test instead of returning NULL (FAIL's file) */
+#define CHECK_ALLOC(n) check_alloc_(n, rank)
+static inline void *check_alloc_(size_t n, int rank)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		FAIL("out of memory");
+	return p;
+}
 
 #endif
