@@ -413,6 +413,17 @@ int guard_start(struct job *job)
 	rc = child_start(&c);
 	explicit_bzero(&a.w, sizeof(a.w));
 	close(fds[0]);
+	if (rc && c.step == CHILD_STEP_FDS) {
+		/* What keeps the guard from /dev/null on its fds 0-2 (an fd
+		 * limit under 3, a seccomp filter) keeps the ranks from their
+		 * pipes too, and they say so in their own words: the job goes
+		 * on, without the guard, as when the guard dies. */
+		fprintf(stderr, "distrun: warning: the guard process could not "
+			"set up its descriptors (%s): a kill -9 of distrun will "
+			"not stop the job's processes\n", strerror(errno));
+		close(fds[1]);
+		return 0;
+	}
 	if (rc) {
 		close(fds[1]);
 		goto fail;
