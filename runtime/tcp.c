@@ -13,7 +13,8 @@
  * them are kept (when all are taken, the oldest goes once it has had
  * HS_GRACE_MS; until then new ones wait in the kernel's backlog), and each
  * is dropped after DRI_HS_MS; a peer whose connection is dropped before
- * the handshake ended connects again (RECONNECT_MAX times).  When two ranks connect to each other at once, the
+ * the handshake ended connects again (RECONNECT_MAX times).  When two
+ * ranks connect to each other at once, the
  * connection opened by the lower rank wins: the acceptor answers the
  * proof with one byte, 1 (kept) or 0 (dropped).
  *

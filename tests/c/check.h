@@ -12,6 +12,7 @@
 #ifndef DR_TEST_CHECK_H
 #define DR_TEST_CHECK_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -60,6 +61,20 @@
 			     dr_last_error());                               \
 		checks++;                                                    \
 	} while (0)
+
+/* Entries of a directory but . and .. (/proc/self/fd, /proc/self/task);
+ * 0 if it cannot be read. */
+static inline int check_dir_entries(const char *path)
+{
+	int n = 0;
+	DIR *d = opendir(path);
+
+	for (struct dirent *e; d && (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return n;
+}
 
 /* malloc that fails the test instead of returning NULL (FAIL's file) */
 #define CHECK_ALLOC(n) check_alloc_(n, rank)

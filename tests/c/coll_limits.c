@@ -76,12 +76,8 @@ static void mode_smoke(void)
 	CHECK_OK(dr_barrier(NULL, NULL, NULL, 0));
 	free(all);
 	if (rank == world - 1) { /* connections are made lazily: how many? */
-		int fds = 0;
-		DIR *d = opendir("/proc/self/fd");
-		for (struct dirent *e; d && (e = readdir(d));)
-			fds += e->d_name[0] != '.';
-		if (d)
-			closedir(d);
+		int fds = check_dir_entries("/proc/self/fd");
+
 		printf("rank %d: %d file descriptors open in a world of %d\n", rank,
 		       fds - 1, world);
 	}

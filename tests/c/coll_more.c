@@ -700,13 +700,7 @@ static int threads_before_init;
 
 static int thread_count(void)
 {
-	int n = 0;
-	DIR *d = opendir("/proc/self/task");
-	for (struct dirent *e; d && (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	if (d)
-		closedir(d);
-	return n;
+	return check_dir_entries("/proc/self/task");
 }
 
 /* Returns its thread id. */
