@@ -109,7 +109,9 @@ if os.environ["RANK"] == "1":
 	[ "$(jq -r '"\(.complete) \(.exit_status) \(.reason)"' "$f")" = "true 0 ok" ]
 	"$DISTRUN" -n 2 --report "$f" --trace "$t" sleep 60 &
 	pid=$!
+	# the marks are written in turn (report, then trace): wait for both
 	wait_until 10 grep -q '"complete": false' "$f"
+	wait_until 10 grep -q '"complete":false' "$t"
 	kill -9 "$pid"
 	wait "$pid" || true
 	[ "$(jq -r '"\(.complete) \(.exit_status) \(.reason)"' "$f")" = "false null incomplete" ]
