@@ -122,7 +122,7 @@ static dr_err run_call(dri_op *op)
 	return err;
 }
 
-/* dri_shm_quick's test, under group.c's lock once the world is idle:
+/* dri_shm_quick's test, once the world is idle (dri_world_take_seq):
  * what dri_shm_coll would find, from what its first call set up (that
  * call takes the usual way; rooted calls left to settle are settled in
  * run_call either way).  dri_cs is the world's calls' state, which the

@@ -89,14 +89,24 @@ dr_group *dri_world(void)
 
 int dri_world_take_seq(int (*ok)(void *), void *arg, uint64_t *seq)
 {
-	int yes;
+	uint64_t s = __atomic_load_n(&sched.world.seq, __ATOMIC_ACQUIRE);
 
-	pthread_mutex_lock(&sched.mu);
-	yes = sched.on && sched.world.priv && !sched.world_priv.pending && ok(arg);
-	if (yes)
-		*seq = sched.world.seq++;
-	pthread_mutex_unlock(&sched.mu);
-	return yes;
+	/* Without the lock: a compare-and-swap on the number.  dri_submit
+	 * counts a queued call in pending before it takes its number (with
+	 * release), so a number read here that is still the world's when
+	 * the swap succeeds had no call queued after it; pending read as 0
+	 * after it (acquire) means none queued before it is left either,
+	 * and what the progress thread's last call wrote is visible to ok.
+	 * A lost race answers 0: the call goes through dri_submit. */
+	if (!__atomic_load_n(&sched.on, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&sched.world_priv.pending, __ATOMIC_ACQUIRE) ||
+	    !ok(arg))
+		return 0;
+	if (!__atomic_compare_exchange_n(&sched.world.seq, &s, s + 1, 0,
+					 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return 0;
+	*seq = s;
+	return 1;
 }
 
 int dri_world_rank(void)
@@ -136,7 +146,7 @@ dr_err dri_groups_init(int rank, int world_size)
 	sched.rank = rank;
 	sched.size = world_size;
 	sched.stop = 0;
-	sched.on = 1;
+	__atomic_store_n(&sched.on, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&sched.mu);
 	return DR_OK;
 }
@@ -348,7 +358,8 @@ static void *group_main(void *arg)
 			if (err)
 				snprintf(w->msg, sizeof(w->msg), "%s", dr_last_error());
 			w->done = 1;
-			gp->pending--;
+			/* (release: dri_world_take_seq reads it unlocked) */
+			__atomic_fetch_sub(&gp->pending, 1, __ATOMIC_RELEASE);
 			pthread_cond_broadcast(&sched.cv);
 			continue;
 		}
@@ -472,14 +483,17 @@ dr_err dri_submit(const dri_op *in, dr_work **work)
 		}
 	}
 	op.id.group_id = g->id;
-	op.id.seq = g->seq++;
+	/* A queued call is counted before it takes its number: the order
+	 * dri_world_take_seq relies on. */
+	if (w)
+		__atomic_fetch_add(&gp->pending, 1, __ATOMIC_RELAXED);
+	op.id.seq = __atomic_fetch_add(&g->seq, 1, __ATOMIC_RELEASE);
 	if (!w) {
 		wait_group_idle_locked(g);
 		pthread_mutex_unlock(&sched.mu);
 		return dri_run_op(&op);
 	}
 	w->op = op;
-	gp->pending++;
 	if (gp->qtail)
 		gp->qtail->next = w;
 	else
@@ -524,7 +538,7 @@ void dri_groups_shutdown(void)
 		pthread_join(sched.p2p_thread, NULL);
 	pthread_mutex_lock(&sched.mu);
 	sched.p2p_on = 0;
-	sched.on = 0;
+	__atomic_store_n(&sched.on, 0, __ATOMIC_RELEASE);
 	/* Works still out keep their handles; they are no longer listed. */
 	while (sched.p2p) {
 		dr_work *w = sched.p2p;

@@ -111,9 +111,10 @@ dr_err dri_run_op(dri_op *op);
  * (coll_shm.c's quick way, which builds no op): if the world has no
  * asynchronous call queued or running and then ok(arg) says yes, the
  * call's sequence number into *seq and 1; else 0 and nothing taken (the
- * call then goes through dri_submit, which orders it after them).  ok
- * runs under group.c's lock, after the world's progress thread finished
- * its last call: it may read what that call wrote. */
+ * call then goes through dri_submit, which orders it after them; so
+ * does a call that loses a race for the number).  Takes no lock: ok runs
+ * after the world's progress thread finished its last call, and may
+ * read what that call wrote. */
 int dri_world_take_seq(int (*ok)(void *), void *arg, uint64_t *seq);
 
 /* The abort rule, in one place: a call that fails on its own (out of
