@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_driver.h"
 
@@ -638,11 +639,92 @@ int dri_cu_ptr_device(const void *p)
 	return memtype == CU_MEMORYTYPE_DEVICE || managed ? ordinal : -1;
 }
 
+/* The start of the process's heap, the brk area (/proc/self/stat's
+ * start_brk, fixed at exec): 0 until read, 1 where it cannot be. */
+static uintptr_t brk_start(void)
+{
+	static atomic_uintptr_t lo;
+	uintptr_t v = atomic_load_explicit(&lo, memory_order_relaxed);
+	char buf[1024], *s;
+	unsigned long long x = 0;
+	FILE *f;
+	int field = 2, ok = 0;
+
+	if (v)
+		return v;
+	if ((f = fopen("/proc/self/stat", "re"))) {
+		size_t n = fread(buf, 1, sizeof buf - 1, f);
+		buf[n] = 0;
+		fclose(f);
+		/* Field 2 is the command in parentheses, which may hold
+		 * anything; start_brk is field 47. */
+		for (s = strrchr(buf, ')'); s && *s && field < 47; s++)
+			if (*s == ' ')
+				field++;
+		ok = s && field == 47 && sscanf(s, "%llu", &x) == 1 && x > 1;
+	}
+	/* A break below it is not this process's heap (valgrind keeps the
+	 * program's elsewhere): unusable. */
+	v = ok && (uintptr_t)sbrk(0) >= (uintptr_t)x ? (uintptr_t)x : 1;
+	atomic_store_explicit(&lo, v, memory_order_relaxed);
+	return v;
+}
+
+/* In the heap: from start_brk to the break now. */
+static int in_brk(uintptr_t a)
+{
+	uintptr_t lo = brk_start();
+	void *end;
+
+	if (lo <= 1 || a < lo || (end = sbrk(0)) == (void *)-1)
+		return 0;
+	return a < (uintptr_t)end;
+}
+
+/* The calling thread's stack (pthread_getattr_np, once a thread):
+ * [lo, hi), hi 0 until read, 1 where it cannot be. */
+static _Thread_local uintptr_t stack_lo, stack_hi;
+
+static void stack_read(void)
+{
+	pthread_attr_t at;
+	void *base;
+	size_t size;
+
+	stack_hi = 1;
+	if (!pthread_getattr_np(pthread_self(), &at)) {
+		if (!pthread_attr_getstack(&at, &base, &size)) {
+			stack_lo = (uintptr_t)base;
+			stack_hi = stack_lo + size;
+		}
+		pthread_attr_destroy(&at);
+	}
+}
+
+/* Whether p is host memory that no device or managed allocation can
+ * share an address with: the live part of the calling thread's stack
+ * (from this frame up, where the caller's buffers are; only while the
+ * frame is on that stack, not on one a coroutine switched to), or the
+ * heap as it is now.  Small buffers are mostly in one of them, and this
+ * answers for them in a few ns what the loader's list (no driver
+ * loaded) or the driver's pointer query (one loaded) answers in tens or
+ * hundreds. */
+static int in_host_only(const void *p)
+{
+	uintptr_t a = (uintptr_t)p, fr = (uintptr_t)__builtin_frame_address(0);
+
+	if (!stack_hi)
+		stack_read();
+	if (fr >= stack_lo && fr < stack_hi && a >= fr && a < stack_hi)
+		return 1;
+	return in_brk(a);
+}
+
 int dri_cuda_ptr_device(const void *p)
 {
 	int state = atomic_load(&cu_state);
 
-	if (!p || state == CU_FAILED || cu_forked)
+	if (!p || state == CU_FAILED || cu_forked || in_host_only(p))
 		return -1;
 	if (state == CU_UNLOADED && !cu_lib_in_process())
 		return -1;

@@ -62,7 +62,11 @@ int main(int argc, char **argv)
 	uint64_t seq;
 	struct timespec ts;
 
+	/* a small buffer from the heap, a large one of its own mapping */
+	float *small = malloc(64), *big = malloc(1 << 20);
 	iters = argc > 1 ? atol(argv[1]) : 200000;
+	if (!small || !big)
+		return 1;
 	if (iters < 1 || dr_init_process_group(NULL, NULL)) {
 		fprintf(stderr, "bench_steps: %s\n",
 			iters < 1 ? "usage: bench_steps [ITERS]" : dr_last_error());
@@ -73,9 +77,11 @@ int main(int argc, char **argv)
 	TIME("clock_gettime", (clock_gettime(CLOCK_MONOTONIC, &ts),
 			       sink += ts.tv_nsec));
 	TIME("sched_getcpu", sink += sched_getcpu());
-	TIME("cuda_ptr_device", sink += dri_cuda_ptr_device(&x));
+	TIME("cuda_ptr_device (stack)", sink += dri_cuda_ptr_device(&x));
+	TIME("cuda_ptr_device (heap)", sink += dri_cuda_ptr_device(small));
+	TIME("cuda_ptr_device (own mapping)", sink += dri_cuda_ptr_device(big));
 	TIME("transport_check", sink += dri_transport_check());
-	TIME("world_take_seq (lock, unlock)",
+	TIME("world_take_seq (compare-and-swap)",
 	     sink += dri_world_take_seq(yes, &x, &seq));
 	TIME("deadline", sink += dri_deadline(dri_timeout_ms()));
 	TIME("ctl_begin+end", (id.seq = (uint64_t)i_,
@@ -86,5 +92,7 @@ int main(int argc, char **argv)
 	TIME("all_reduce4_n1",
 	     sink += dr_all_reduce(&x, 1, DR_FLOAT32, DR_SUM, NULL, NULL));
 	dr_destroy_process_group();
+	free(small);
+	free(big);
 	return 0;
 }

@@ -28,7 +28,8 @@
  *     every blocking stream of its context both ways;
  *   - stream 0x2 (CU_STREAM_PER_THREAD) is the calling thread's own stream;
  *   - FAKE_CUDA_DEVICES devices (default 1), each with its primary context;
- *     cuDevicePrimaryCtxRetain is counted per device (fake_cuda_retains);
+ *     cuDevicePrimaryCtxRetain is counted per device (fake_cuda_retains),
+ *     cuPointerGetAttributes in all (fake_cuda_ptr_queries);
  *   - cuDevicePrimaryCtxReset (cudaDeviceReset) kills the context's
  *     streams, events and memory (CUDA_ERROR_CONTEXT_IS_DESTROYED after);
  *   - after fork every call fails (CUDA_ERROR_NOT_INITIALIZED);
@@ -625,6 +626,13 @@ CUresult cuCtxSynchronize(void)
 
 /* ------------------------------------------------------------ queries */
 
+/* cuPointerGetAttributes calls so far (fake_cuda_ptr_queries). */
+static int ptr_queries;
+int fake_cuda_ptr_queries(void)
+{
+	return __atomic_load_n(&ptr_queries, __ATOMIC_RELAXED);
+}
+
 CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data,
 				CUdeviceptr ptr)
 {
@@ -634,6 +642,7 @@ CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data,
 	alloc *al;
 	hostmem *h;
 
+	__atomic_fetch_add(&ptr_queries, 1, __ATOMIC_RELAXED);
 	if (forked || !inited)
 		return E_NOT_INITIALIZED;
 	if (ptr_needs_ctx && need_ctx())
@@ -856,9 +865,19 @@ static CUresult host_alloc(void **p, size_t n, int managed)
 	if (r)
 		return r;
 	pthread_mutex_lock(&mu);
-	if (nhosts == (int)(sizeof hosts / sizeof hosts[0]) || !(*p = malloc(n ? n : 1)))
+	/* Managed memory in a mapping of its own, as the driver's is: never
+	 * in the heap, which libdistrun takes for host memory unasked. */
+	if (nhosts == (int)(sizeof hosts / sizeof hosts[0]))
 		r = E_OUT_OF_MEMORY;
-	else
+	else if (managed)
+		r = (*p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED
+			? E_OUT_OF_MEMORY : OK;
+	else if (!(*p = malloc(n ? n : 1)))
+		r = E_OUT_OF_MEMORY;
+	if (r)
+		*p = NULL;
+	if (!r)
 		hosts[nhosts++] = (hostmem){ *p, n, managed, cur()->dev };
 	pthread_mutex_unlock(&mu);
 	return r;
@@ -898,7 +917,10 @@ static void host_free(hostmem *h)
 	if (queued)
 		violation("%p freed with %d cop%s still queued on it",
 			  (void *)h->p, queued, queued == 1 ? "y" : "ies");
-	free(h->p);
+	if (h->managed)
+		munmap(h->p, h->n ? h->n : 1);
+	else
+		free(h->p);
 	*h = hosts[--nhosts];
 }
 

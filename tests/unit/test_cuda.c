@@ -13,8 +13,11 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cuda_driver.h"
 #include "cuda_stage.h"
@@ -258,14 +261,66 @@ static int test_ptr_device_leaves_fake_unloaded(void)
 		fprintf(stderr, "note: cannot unload the fake, test reduced\n");
 		return 0;
 	}
+	/* a buffer of its own mapping: neither stack nor heap, looked up */
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(p != MAP_FAILED);
 	for (int i = 0; i < 1000; i++)
-		CHECK(dri_cuda_ptr_device(&x) == -1);
+		CHECK(dri_cuda_ptr_device(&x) == -1 && dri_cuda_ptr_device(p) == -1);
 	CHECK(dlopen(fake_path, RTLD_NOW | RTLD_NOLOAD) == NULL);
 	unsetenv("DISTRUN_CUDA_LIB");
 	for (int i = 0; i < 1000; i++)
-		CHECK(dri_cuda_ptr_device(&x) == -1);
+		CHECK(dri_cuda_ptr_device(&x) == -1 && dri_cuda_ptr_device(p) == -1);
+	munmap(p, 4096);
 	CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) == NULL);
 	CHECK(dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD) == NULL);
+	return 0;
+}
+
+/* Buffers on the caller's stack or in the heap are host memory without
+ * asking: no pointer query, no walk of the loaded objects, at every
+ * small collective.  Device memory, managed memory and host memory of a
+ * mapping of its own are still asked about. */
+static int test_stack_and_heap_without_query(void)
+{
+	void *h = load_fake(1), *ctx = NULL, *popped;
+	unsigned long long d = 0, m = 0;
+	float x = 0, *heap = malloc(64), *map;
+	if (!h || !heap) {
+		free(heap);
+		return 0;
+	}
+	int (*queries)(void) = FAKE_FN(h, int (*)(void), "fake_cuda_ptr_queries");
+	CHECK(dr_cuda_available() && queries);
+	CHECK(FAKE_FN(h, int (*)(void **, int), "cuDevicePrimaryCtxRetain")(&ctx, 0) == 0);
+	CHECK(FAKE_FN(h, int (*)(void *), "cuCtxPushCurrent_v2")(ctx) == 0);
+	CHECK(FAKE_FN(h, int (*)(unsigned long long *, size_t), "cuMemAlloc_v2")(&d, 64) == 0);
+	CHECK(FAKE_FN(h, int (*)(unsigned long long *, size_t, unsigned),
+		      "cuMemAllocManaged")(&m, 64, 1) == 0);
+	FAKE_FN(h, int (*)(void **), "cuCtxPopCurrent_v2")(&popped);
+	/* (a heap elsewhere than the break, as under valgrind or a
+	 * sanitizer's allocator, is looked up as any mapping is) */
+	int brk_heap = (uintptr_t)heap < (uintptr_t)sbrk(0);
+	int q0 = queries();
+	for (int i = 0; i < 100; i++) {
+		CHECK(dri_cuda_ptr_device(&x) == -1);
+		CHECK(dri_cuda_ptr_device(heap + 3) == -1);
+	}
+	CHECKF(queries() == q0 + (brk_heap ? 0 : 100), "%d pointer queries for "
+	       "the stack and the heap", queries() - q0);
+	CHECK(dri_cuda_ptr_device((void *)(uintptr_t)d) == 0);
+	CHECK(queries() > q0);
+	q0 = queries();
+	dri_cuda_ptr_device((void *)(uintptr_t)m); /* device or host: asked */
+	CHECK(queries() > q0);
+	map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		   -1, 0);
+	CHECK(map != MAP_FAILED);
+	q0 = queries();
+	CHECK(dri_cuda_ptr_device(map) == -1);
+	CHECK(queries() > q0);
+	munmap(map, 4096);
+	free(heap);
 	return 0;
 }
 
@@ -449,6 +504,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_disabled_by_environment),
 	UNIT(test_check_buffers_names_the_odd_one),
 	UNIT(test_ptr_device_leaves_fake_unloaded),
+	UNIT(test_stack_and_heap_without_query),
 	UNIT(test_set_stream_of_another_context),
 	UNIT(test_fork_after_cuda),
 	UNIT(test_timed_out_staging_leaves_no_copy_behind),
