@@ -70,23 +70,39 @@ static int move_fd(int src, int dst)
 	return dup2(src, dst);
 }
 
-void child_reset_signals(const sigset_t *mask)
+void child_caught_signals(sigset_t *caught)
 {
-	sigset_t none;
-
+	sigemptyset(caught);
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
 		/* SIGPIPE is ignored in distrun, and exec would keep that. */
 		if (!sigaction(sig, NULL, &sa) && (sig == SIGPIPE ||
 		    (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)))
-			signal(sig, SIG_DFL);
+			sigaddset(caught, sig);
 	}
+}
+
+void child_reset_caught(const sigset_t *caught, const sigset_t *mask)
+{
+	sigset_t none;
+
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sigismember(caught, sig) == 1)
+			signal(sig, SIG_DFL);
 	if (!mask) {
 		sigemptyset(&none);
 		mask = &none;
 	}
 	sigprocmask(SIG_SETMASK, mask, NULL);
+}
+
+void child_reset_signals(const sigset_t *mask)
+{
+	sigset_t caught;
+
+	child_caught_signals(&caught);
+	child_reset_caught(&caught, mask);
 }
 
 /* In the child, up to exec (or fn): async-signal-safe calls only, and no

@@ -164,7 +164,6 @@ struct rank {
 	pid_t pid;                 /* also its process group id */
 	enum rank_state state;
 	int out_fd, err_fd;        /* read ends, -1 once at EOF */
-	int errpipe;               /* exec-error pipe, -1 once read */
 	struct linebuf line[2];    /* partial line of stdout, stderr */
 	int file_fd[2];            /* --output-dir files, -1 if none */
 	int file_errno[2];         /* why a write to one failed (ENOSPC...), 0 */
@@ -369,6 +368,11 @@ int child_finish(struct child *c, int grace_ms, int *status);
  * defaults, mask (NULL: none) as its mask.  For a process about to exec
  * itself anew too (nodes_reexec). */
 void child_reset_signals(const sigset_t *mask);
+/* The same in two halves, for many children: the set to reset, looked
+ * up once in the parent (a sigaction call per signal), then in each
+ * child (async-signal-safe) only those reset and mask set. */
+void child_caught_signals(sigset_t *caught);
+void child_reset_caught(const sigset_t *caught, const sigset_t *mask);
 
 /* segment.c: segment_create() before spawn_prepare() (the ranks'
  * environment names the fd); on -1 (after a warning) the job runs

@@ -577,8 +577,6 @@ void job_release(struct job *job)
 			close(rk->out_fd);
 		if (rk->err_fd >= 0)
 			close(rk->err_fd);
-		if (rk->errpipe >= 0)
-			close(rk->errpipe);
 		free(rk->err_tail);
 	}
 	free(job->ranks);
