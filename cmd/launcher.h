@@ -201,7 +201,8 @@ struct job {
 	char *prog_path;           /* resolved program (malloc) */
 	char **env;                /* environment template (spawn.c) */
 	int devnull;               /* the ranks' stdin */
-	int cgroup_fd;             /* the job cgroup's cgroup.procs, or -1 */
+	int cgroup_fd;             /* the job cgroup's cgroup.procs, or -1
+				      (guard_cgroup_procs opens it) */
 	int cgroup_dirfd;          /* the job cgroup's directory, or -1 */
 	char *cgroup_dir;          /* the job's cgroup (malloc), or NULL */
 	sigset_t orig_mask;        /* restored in the ranks */
@@ -399,11 +400,14 @@ void input_release(struct job *job);
  * cgroup where it can), guard_add() for each rank's process group,
  * guard_forget() when the rank has exited but before it is reaped,
  * guard_done() once the job has ended cleanly (it kills and reaps the
- * guard and removes the cgroup). */
+ * guard and removes the cgroup).  guard_cgroup_procs() is the cgroup's
+ * cgroup.procs for a process that moves itself in, opened on first use
+ * (-1: no cgroup, or a warning). */
 int guard_start(struct job *job);
 void guard_add(struct job *job, pid_t pgid);
 void guard_forget(struct job *job, pid_t pgid);
 void guard_done(struct job *job);
+int guard_cgroup_procs(struct job *job);
 
 /* mux.c */
 int mux_init(struct job *job);

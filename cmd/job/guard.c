@@ -49,7 +49,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,15 +62,28 @@ static size_t npgids;
 
 /* ------------------------------------------------------------ cgroup */
 
-/* Where the cgroup2 hierarchy is mounted, from /proc/self/mountinfo:
- * /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
- * hybrid one. */
+/* Where the cgroup2 hierarchy is mounted: /sys/fs/cgroup on a unified
+ * system, /sys/fs/cgroup/unified on a hybrid one, and where neither is
+ * cgroup2, the first cgroup2 mount of /proc/self/mountinfo (which the
+ * kernel takes a while to write out: a statfs is cheaper). */
 static int cgroup2_mount(char *buf, size_t n)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
+	static const char *const usual[] = { "/sys/fs/cgroup",
+					      "/sys/fs/cgroup/unified" };
+	FILE *f;
 	char line[4096];
 	int rc = -1;
 
+	for (size_t i = 0; i < sizeof(usual) / sizeof(usual[0]); i++) {
+		struct statfs sf;
+
+		if (!statfs(usual[i], &sf) &&
+		    sf.f_type == CGROUP2_SUPER_MAGIC && strlen(usual[i]) < n) {
+			strcpy(buf, usual[i]);
+			return 0;
+		}
+	}
+	f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
@@ -141,27 +156,39 @@ static void cgroup_create(struct job *job)
 		return;
 	}
 	job->cgroup_dir = strdup(path);
-	snprintf(path, sizeof(path), "%s/cgroup.procs", job->cgroup_dir);
-	job->cgroup_fd = open(path, O_WRONLY | O_CLOEXEC);
-	/* for clone_into(); without it, ranks move themselves (spawn.c) */
+	/* for clone_into(); cgroup.procs is opened when first needed (a
+	 * process that moves itself in: guard_cgroup_procs) */
 	if (job->cgroup_dir)
 		job->cgroup_dirfd = open(job->cgroup_dir, O_RDONLY |
 					 O_DIRECTORY | O_CLOEXEC);
-	if (!job->cgroup_dir || job->cgroup_fd < 0) {
+	if (!job->cgroup_dir || job->cgroup_dirfd < 0) {
 		fprintf(stderr, "distrun: warning: cannot use the job's "
 			"cgroup %s: %s; a kill -9 of distrun then stops only "
 			"what keeps the job's environment\n", path,
 			strerror(errno));
-		if (job->cgroup_fd >= 0)
-			close(job->cgroup_fd);
-		if (job->cgroup_dirfd >= 0)
-			close(job->cgroup_dirfd);
-		job->cgroup_fd = job->cgroup_dirfd = -1;
-		*strrchr(path, '/') = 0;
 		rmdir(path);
 		free(job->cgroup_dir);
 		job->cgroup_dir = NULL;
+		job->cgroup_dirfd = -1;
 	}
+}
+
+int guard_cgroup_procs(struct job *job)
+{
+	static bool said;
+
+	if (job->cgroup_fd >= 0 || job->cgroup_dirfd < 0)
+		return job->cgroup_fd;
+	job->cgroup_fd = openat(job->cgroup_dirfd, "cgroup.procs",
+				O_WRONLY | O_CLOEXEC);
+	if (job->cgroup_fd < 0 && !said) {
+		said = true;
+		fprintf(stderr, "distrun: warning: cannot use the job's "
+			"cgroup %s/cgroup.procs: %s; a kill -9 of distrun then "
+			"stops only what keeps the job's environment\n",
+			job->cgroup_dir, strerror(errno));
+	}
+	return job->cgroup_fd;
 }
 
 static void sleep_ms(long ms)
@@ -173,12 +200,15 @@ static void sleep_ms(long ms)
 }
 
 /* SIGKILLs every process of the cgroup, waits (bounded: 2 s) for it to
- * empty, and removes it. */
+ * empty, and removes it.  An empty cgroup (a job that ended cleanly) is
+ * only removed: rmdir fails with EBUSY while a process is in it. */
 static void cgroup_kill_remove(const char *dir)
 {
 	char path[4200];
 	int fd;
 
+	if (!rmdir(dir) || errno != EBUSY)
+		return;
 	snprintf(path, sizeof(path), "%s/cgroup.kill", dir);
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd >= 0) {

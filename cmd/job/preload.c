@@ -528,8 +528,8 @@ static int start_own(struct job *job, struct preload *p)
 
 	if (!argv || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
 		goto fail;
-	preload_server_child(&c, argv, env, NULL, sv[1], job->cgroup_fd,
-			     &job->orig_mask);
+	preload_server_child(&c, argv, env, NULL, sv[1],
+			     guard_cgroup_procs(job), &job->orig_mask);
 	if (child_start(&c))
 		goto fail;
 	p->server = c;
@@ -716,7 +716,7 @@ int preload_fork(struct job *job, int r, int in, int out, int err,
 	fds[nfds++] = err;
 	if (job->seg_fd >= 0)
 		fds[nfds++] = job->seg_fd;
-	if (job->cgroup_fd >= 0)
+	if (guard_cgroup_procs(job) >= 0)
 		fds[nfds++] = job->cgroup_fd;
 	sb_fieldf(&body, "%d", r);
 	sb_fieldf(&body, "%d", (int)getpid());

@@ -492,6 +492,7 @@ static pid_t start_child(struct child_args *ca)
 		clone_into_refused = 1;
 	}
 	ca->move = 1;
+	guard_cgroup_procs(job);
 	pid = vfork();
 	if (pid == 0)
 		_exit(child_main(ca));
