@@ -12,7 +12,8 @@
  * sigprocmask, execve.  If a step fails, the child writes which step and
  * its errno into an O_CLOEXEC pipe and _exit()s (127: not found, 126: not
  * executable, 1: another step); the parent reads the pipe before
- * child_start() returns, and 0 bytes mean the exec happened.  So a
+ * child_start() returns (or in child_report(), for a c.fn child that
+ * need not be waited for), and 0 bytes mean the exec happened.  So a
  * program that cannot run is an error of child_start(), which the caller
  * words, never an exit status to interpret.
  *
@@ -205,6 +206,7 @@ int child_start(struct child *c)
 	pid_t self = getpid();
 
 	c->pid = -1;
+	c->report_fd = -1;
 	c->step = CHILD_STEP_PARENT;
 	if ((c->in < 0 || c->out < 0 || c->err < 0) &&
 	    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
@@ -219,6 +221,12 @@ int child_start(struct child *c)
 		setpgid(c->pid, c->pid);
 	close(ep[1]);
 	ep[1] = -1;
+	if (c->fn && c->later) {
+		c->report_fd = ep[0];
+		ep[0] = -1;
+		rc = 0;
+		goto out;
+	}
 	rc = read_err(c, ep[0]);
 	if (rc) {
 		/* It has _exit()ed: leave no child behind. */
@@ -237,6 +245,18 @@ out:
 	if (devnull >= 0)
 		close(devnull);
 	errno = e;
+	return rc;
+}
+
+int child_report(struct child *c)
+{
+	int rc;
+
+	if (c->report_fd < 0)
+		return 0;
+	rc = read_err(c, c->report_fd);
+	close(c->report_fd);
+	c->report_fd = -1;
 	return rc;
 }
 

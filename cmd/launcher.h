@@ -322,6 +322,11 @@ pid_t clone_into(int cgroup_dirfd, int (*fn)(void *), void *arg);
  *                     pipe, the launcher already gone, the fds, the
  *                     working directory, the exec), with no child left.
  *                     It prints nothing: each caller words its error.
+ *                     With c.fn and c.later it returns once forked (0 and
+ *                     c.pid, or -1), without waiting for the child to set
+ *                     up: child_report(&c) then tells, as child_start
+ *                     would have (0, or -1 with errno and c.step), and
+ *                     leaves a child that failed to be reaped.
  *   child_wait(&c, ms, &st)    reaps it, waiting at most ms (-1: for
  *                     ever, 0: not at all): 0 with its waitpid status, 1
  *                     if it still runs, -1 with errno (ECHILD: it was
@@ -356,13 +361,16 @@ struct child {
 	const sigset_t *mask;      /* the exec'd program's signal mask */
 	int (*fn)(void *arg);      /* run instead of exec: its exit status */
 	void *arg;
+	bool later;                /* c.fn only: see child_report() */
+	int report_fd;             /* out: what child_report() reads, -1 */
 
 	pid_t pid;                 /* out: -1 until started, after reaped */
 	int step;                  /* out: CHILD_STEP_* that failed */
 };
 #define CHILD_INIT { .in = 0, .out = 1, .err = 2, .pass_fd = -1, \
-		     .cgroup_fd = -1, .pid = -1 }
+		     .cgroup_fd = -1, .report_fd = -1, .pid = -1 }
 int child_start(struct child *c);
+int child_report(struct child *c);
 int child_wait(struct child *c, int timeout_ms, int *status);
 int child_finish(struct child *c, int grace_ms, int *status);
 /* What an exec'd child gets: SIGPIPE and caught signals at their
@@ -397,16 +405,20 @@ void input_handle(struct job *job, const struct pollfd *pfd, int n);
 void input_release(struct job *job);
 
 /* guard.c: guard_start() before the first rank (it also makes the job's
- * cgroup where it can), guard_add() for each rank's process group,
- * guard_forget() when the rank has exited but before it is reaped,
- * guard_done() once the job has ended cleanly (it kills and reaps the
- * guard and removes the cgroup).  guard_cgroup_procs() is the cgroup's
- * cgroup.procs for a process that moves itself in, opened on first use
- * (-1: no cgroup, or a warning). */
+ * cgroup where it can), guard_started() once the ranks are started (it
+ * warns if the guard could not set up, and the job goes on without it),
+ * guard_add() for rank r's process group, guard_forget() when the rank
+ * has exited but before it is reaped (neither is a system call), guard_done() once the job has
+ * ended cleanly (it kills the guard and removes the cgroup),
+ * guard_release() last (it reaps the guard, which died meanwhile).
+ * guard_cgroup_procs() is the cgroup's cgroup.procs for a process that
+ * moves itself in, opened on first use (-1: no cgroup, or a warning). */
 int guard_start(struct job *job);
-void guard_add(struct job *job, pid_t pgid);
-void guard_forget(struct job *job, pid_t pgid);
+void guard_started(struct job *job);
+void guard_add(struct job *job, int r, pid_t pgid);
+void guard_forget(struct job *job, int r);
 void guard_done(struct job *job);
+void guard_release(struct job *job);
 int guard_cgroup_procs(struct job *job);
 
 /* mux.c */

@@ -289,6 +289,8 @@ out:
 		close(job.sigfd);
 	nodes_release(job.nodes);
 	opts_release(&o);
+	/* Last: the guard, killed in guard_done, has died meanwhile. */
+	guard_release(&job);
 	if (again)   /* returns only if exec fails */
 		nodes_reexec(argv, again, &job.orig_mask);
 	return rc;

@@ -220,7 +220,7 @@ static void reap(struct job *job)
 				break;
 			}
 		if (rk)
-			guard_forget(job, pid);
+			guard_forget(job, r);
 		while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
 			;
 		if (!rk) {

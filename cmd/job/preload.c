@@ -815,7 +815,7 @@ static void lost_ranks(struct job *job)
 		/* Reaped already if they came to us (we are the subreaper of
 		 * the server's orphans); else their end is known here. */
 		if (rk->pid == p->pid[r] && rk->state == RANK_RUNNING) {
-			guard_forget(job, rk->pid);
+			guard_forget(job, r);
 			job->rank_exited(job, r, SIGKILL, &ru);
 		} else if (rk->pid == p->pid[r] && p->exit_status[r] >= 0) {
 			job->rank_exited(job, r, p->exit_status[r], &ru);
@@ -841,7 +841,7 @@ static void handle_line(struct job *job, const char *line)
 		 * server may reap it (and its pid be reused). */
 		job->ranks[r].state = RANK_EXITED;
 		p->exit_status[r] = status;
-		guard_forget(job, (pid_t)pid);
+		guard_forget(job, r);
 		sb_fieldf(&body, "%ld", pid);
 		if (body.oom || send_frame(p->fd, "REAP", &body, NULL, 0))
 			close_conn(p);

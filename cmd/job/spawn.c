@@ -573,7 +573,7 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 		rk->spawn_step = ca.step;
 	}
 started:
-	guard_add(job, pid);
+	guard_add(job, r, pid);
 	close(out[1]);
 	close(err[1]);
 	if (in != job->devnull)
@@ -638,6 +638,7 @@ int spawn_all(struct job *job)
 			rc = -1;
 			break;
 		}
+	guard_started(job);
 	return rc;
 }
 
