@@ -327,10 +327,9 @@ int mux_init(struct job *job)
 
 		d->fd = s + 1;
 		d->open_rank = -1;
-		d->cap = OBUF_SIZE;
-		d->buf = malloc(d->cap);
-		if (!d->buf || dest_open(d) || (mux.labels &&
-						make_labels(job, d)))
+		/* d->buf comes with the first bytes to keep (dest_reserve): a
+		 * job that prints nothing maps no buffer. */
+		if (dest_open(d) || (mux.labels && make_labels(job, d)))
 			goto fail;
 	}
 	for (int r = 0; r < o->nranks; r++)
@@ -412,7 +411,7 @@ static size_t dest_writev_some(struct job *job, struct dest *d,
 /* Makes room for need more bytes at the end of d's pending bytes. */
 static int dest_reserve(struct dest *d, size_t need)
 {
-	size_t cap = d->cap;
+	size_t cap = d->cap ? d->cap : OBUF_SIZE;
 	char *b;
 
 	if (d->off && d->len + need > d->cap) {
@@ -434,10 +433,11 @@ static int dest_reserve(struct dest *d, size_t need)
 
 static void dest_flush(struct job *job, struct dest *d)
 {
-	struct iovec iov = { d->buf + d->off, d->len - d->off };
+	if (d->len > d->off) {
+		struct iovec iov = { d->buf + d->off, d->len - d->off };
 
-	if (d->len > d->off)
 		d->off += dest_writev_some(job, d, &iov, 1);
+	}
 	if (d->off == d->len)
 		d->off = d->len = 0;
 }
