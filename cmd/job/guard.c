@@ -28,9 +28,8 @@
  *    cgroup, every process of our own uid whose environment holds this
  *    job's DISTRUN_JOB_ID, its DISTRUN_SECRET and this node's GROUP_RANK
  *    (what a rank forks inherits them); then removes the cgroup and
- *    exits.  At a clean end distrun writes a byte down the pipe instead:
- *    the guard only removes the cgroup (empty by then) and exits, beside
- *    distrun's own end, and distrun reaps it last.
+ *    exits.  At a clean end distrun kills and reaps the guard and removes
+ *    the cgroup itself.
  *
  * The fallback must not reach beyond the job: a job id can be guessed (in
  * multi-node mode it is the user's --rdzv-id), but the secret cannot, and
@@ -66,7 +65,7 @@ static pid_t *pgids;
 static size_t npgids;
 /* The guard's report of its set-up (child_report), until read. */
 static struct child guard_child = CHILD_INIT;
-static bool guard_told;         /* that the job has ended (guard_done) */
+static bool guard_killed;
 
 /* ------------------------------------------------------------ cgroup */
 
@@ -346,18 +345,6 @@ static void kill_by_environ(const struct want *w)
 	}
 }
 
-/* Removes the job's cgroup, if there is one.  Empty by now, unless
- * distrun gave up on processes that ignore even SIGKILL (D state): then
- * they are ended this way. */
-static void cgroup_end(struct job *job)
-{
-	if (job->cgroup_dir) {
-		cgroup_kill_remove(job->cgroup_dir);
-		free(job->cgroup_dir);
-		job->cgroup_dir = NULL;
-	}
-}
-
 /* ------------------------------------------------------------ the guard */
 
 /* What the guard's child needs: it is forked, so these are its copy. */
@@ -374,11 +361,9 @@ static int guard_main(void *arg)
 	struct want *w = &a->w;
 	const char *cgroup_dir = a->cgroup_dir;
 	char buf[64];
-	bool ended = false;
 	int rd = 3;
 
-	/* Only one byte is ever written to the pipe, by guard_done: the job
-	 * has ended; EOF without it means distrun died. */
+	/* Nothing is written to the pipe: only its EOF is awaited. */
 	for (;;) {
 		ssize_t r = read(rd, buf, sizeof(buf));
 
@@ -386,14 +371,6 @@ static int guard_main(void *arg)
 			continue;
 		if (r <= 0)
 			break;
-		ended = true;
-	}
-	if (ended) {
-		/* Its cgroup is left to remove (empty, but see guard_done),
-		 * while distrun finishes beside us. */
-		if (cgroup_dir)
-			cgroup_kill_remove(cgroup_dir);
-		return 0;
 	}
 	/* distrun is gone; what it stored before is all there.  Never 0
 	 * (our own group) nor 1 (kill(-1) is every process). */
@@ -512,15 +489,12 @@ void guard_forget(struct job *job, int r)
 
 void guard_done(struct job *job)
 {
-	/* The guard, told that the job has ended, removes the cgroup and
-	 * exits while we finish; guard_release() reaps it.  Not yet reaped
-	 * (job.c forgets it when it reaps it), so its pid cannot be
-	 * another's.  One that cannot be told is killed. */
-	if (job->guard_pid > 0 && !guard_told) {
-		guard_told = job->guard_fd >= 0 &&
-			     write(job->guard_fd, "E", 1) == 1;
-		if (!guard_told)
-			kill(job->guard_pid, SIGKILL);
+	/* Not yet reaped (job.c forgets it when it reaps it): still ours,
+	 * so its pid cannot be another's.  It dies while we clean up, and
+	 * guard_release() reaps it. */
+	if (job->guard_pid > 0 && !guard_killed) {
+		kill(job->guard_pid, SIGKILL);
+		guard_killed = true;
 	}
 	if (guard_child.report_fd >= 0)
 		close(guard_child.report_fd);
@@ -533,8 +507,13 @@ void guard_done(struct job *job)
 	if (job->cgroup_dirfd >= 0)
 		close(job->cgroup_dirfd);
 	job->cgroup_fd = job->cgroup_dirfd = -1;
-	if (!guard_told)
-		cgroup_end(job);
+	if (job->cgroup_dir) {
+		/* Empty by now, unless distrun gave up on processes that
+		 * ignore even SIGKILL (D state): then end them this way. */
+		cgroup_kill_remove(job->cgroup_dir);
+		free(job->cgroup_dir);
+		job->cgroup_dir = NULL;
+	}
 }
 
 void guard_release(struct job *job)
@@ -545,8 +524,6 @@ void guard_release(struct job *job)
 		child_wait(&guard_child, -1, NULL);
 		job->guard_pid = 0;
 	}
-	/* Gone by now, unless the guard died before it removed it. */
-	cgroup_end(job);
 	if (pgids)
 		munmap(pgids, npgids * sizeof(*pgids));
 	pgids = NULL;
