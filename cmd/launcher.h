@@ -408,9 +408,10 @@ void input_release(struct job *job);
  * cgroup where it can), guard_started() once the ranks are started (it
  * warns if the guard could not set up, and the job goes on without it),
  * guard_add() for rank r's process group, guard_forget() when the rank
- * has exited but before it is reaped (neither is a system call), guard_done() once the job has
- * ended cleanly (it kills the guard and removes the cgroup),
- * guard_release() last (it reaps the guard, which died meanwhile).
+ * has exited but before it is reaped (neither is a system call),
+ * guard_done() once the job has ended cleanly (it kills the guard and
+ * removes the cgroup), guard_release() last (it reaps the guard, which
+ * died meanwhile).
  * guard_cgroup_procs() is the cgroup's cgroup.procs for a process that
  * moves itself in, opened on first use (-1: no cgroup, or a warning). */
 int guard_start(struct job *job);
