@@ -171,6 +171,7 @@ struct rank {
 	int exec_errno;            /* errno from a failed exec, or 0 */
 	int spawn_step;            /* SPAWN_STEP_*: what exec_errno is of */
 	bool stopped;              /* was running when distrun stopped it */
+	bool out_grown;            /* its stdout pipe grown (mux_read) */
 	char suspended;            /* then stopped by a signal ('T') or a
 				    * tracer ('t') itself; 0 if not */
 	double t_start, t_end;     /* monotonic seconds */
@@ -212,6 +213,7 @@ struct job {
 	 * for the whole job, NULL if it could not be made. */
 	int seg_fd;                /* -1: none */
 	bool linebuf;              /* ranks get the line-buffering shim */
+	int pipe_size;             /* what a full stdout pipe grows to, 0 */
 	void *seg;                 /* a dri_seg_hdr */
 	size_t seg_size;
 

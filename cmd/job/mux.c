@@ -702,6 +702,14 @@ int mux_read(struct job *job, int r, int s)
 		return errno == EAGAIN ? 1 : -1;
 	if (n == 0)
 		return 0;
+	/* A full pipe (the default 64 KiB): a chatty rank, whose stdout
+	 * pipe grows (spawn_all).  A help, not a need: F_SETPIPE_SZ may be
+	 * refused above /proc/sys/fs/pipe-max-size. */
+	if (!s && n >= 64 * 1024 && !rk->out_grown && job->pipe_size) {
+		rk->out_grown = true;
+		if (fcntl(fd, F_SETPIPE_SZ, job->pipe_size) < 0)
+			job->pipe_size = 0;
+	}
 	if (rk->file_fd[s] >= 0) {
 		const char *p = mux.rbuf;
 		size_t left = n;

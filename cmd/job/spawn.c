@@ -61,7 +61,6 @@ static char rank_str[N_SLOTS][96];
 static const int *child_store_fds;
 static int child_nstore_fds;
 static size_t env_nalloc;
-static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
 /* The line-buffering shim's LD_PRELOAD and ASAN_OPTIONS (or NULL). */
 static char *linebuf_env[2];
 /* The signals every child resets to their defaults (child.c), looked up
@@ -528,10 +527,6 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 	    fcntl(out[0], F_SETFL, O_NONBLOCK) < 0 ||
 	    fcntl(err[0], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
-	/* A larger pipe is a help, not a need (F_SETPIPE_SZ may be
-	 * refused above /proc/sys/fs/pipe-max-size). */
-	if (pipe_size && fcntl(out[0], F_SETPIPE_SZ, pipe_size) < 0)
-		pipe_size = 0;
 	snprintf(rank_str[SLOT_RANK], 48, "RANK=%d", job->rank_offset + r);
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
 	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
@@ -623,13 +618,15 @@ int spawn_all(struct job *job)
 	/* Larger stdout pipes mean fewer reads and context switches for
 	 * chatty ranks; but the kernel counts pipe capacity per user (past
 	 * fs.pipe-user-pages-soft, 64 MiB by default, new pipes get one
-	 * page), so all of them together stay within 16 MiB. */
+	 * page), so all of them together stay within 16 MiB.  A pipe grows
+	 * when a read first finds it full (mux_read): most ranks never
+	 * fill one, and F_SETPIPE_SZ costs each rank ~2 us here. */
 	preload_begin(job);
 	child_caught_signals(&caught_sigs);
-	pipe_size = 0;
+	job->pipe_size = 0;
 	for (int sz = 1 << 20; sz > 65536; sz /= 2)
 		if ((long)sz * job->o->nranks <= 16L << 20) {
-			pipe_size = sz;
+			job->pipe_size = sz;
 			break;
 		}
 
