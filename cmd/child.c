@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -198,6 +199,62 @@ static pid_t fork_child(const struct child *c, int devnull, int errpipe,
 	sigprocmask(SIG_SETMASK, &mask, NULL);
 	errno = e;
 	return pid;
+}
+
+/* The last search (port.c and spawn.c both look the program up). */
+static char *which_name, *which_path;
+static int which_rc;
+static bool which_denied;
+
+int child_which(const char *name, char **out, bool *denied)
+{
+	const char *path = getenv("PATH");
+	struct stat st;
+	int rc = 1;
+
+	*out = NULL;
+	*denied = false;
+	if (which_name && !strcmp(which_name, name)) {
+		*denied = which_denied;
+		if (which_rc)
+			return which_rc;
+		*out = strdup(which_path);
+		return *out ? 0 : -1;
+	}
+	if (!path)
+		path = "/usr/local/bin:/bin:/usr/bin";
+	for (const char *p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		char *cand;
+
+		/* An empty element means the current directory. */
+		if (asprintf(&cand, "%.*s%s%s", (int)(end - p), p,
+			     end == p ? "" : "/", name) < 0)
+			return -1;
+		if (!stat(cand, &st) && S_ISREG(st.st_mode)) {
+			if (!access(cand, X_OK)) {
+				*out = cand;
+				rc = 0;
+				break;
+			}
+			*denied = true;
+		}
+		free(cand);
+		if (!*end)
+			break;
+		p = end;
+	}
+	free(which_name);
+	free(which_path);
+	which_name = strdup(name);
+	which_path = *out ? strdup(*out) : NULL;
+	if (!which_name || (*out && !which_path)) {
+		free(which_name);
+		which_name = NULL;
+	}
+	which_rc = rc;
+	which_denied = *denied;
+	return rc;
 }
 
 int child_start(struct child *c)

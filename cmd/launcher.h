@@ -373,6 +373,12 @@ struct child {
 		     .cgroup_fd = -1, .report_fd = -1, .pid = -1 }
 int child_start(struct child *c);
 int child_report(struct child *c);
+/* Like execvp's search of PATH for name (which has no '/'), done in the
+ * parent: 0 and in *out (malloc'd) the first regular file there that we
+ * may run; 1 when there is none (*denied: one we may not run was seen);
+ * -1 when out of memory.  The answer is kept for the next call with the
+ * same name: port.c and spawn.c both look the program up. */
+int child_which(const char *name, char **out, bool *denied);
 int child_wait(struct child *c, int timeout_ms, int *status);
 int child_finish(struct child *c, int grace_ms, int *status);
 /* What an exec'd child gets: SIGPIPE and caught signals at their

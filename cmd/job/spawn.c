@@ -260,9 +260,9 @@ static int build_env(struct job *job)
  * malloc'd path, or the exit status after printing why. */
 static int resolve_program(const char *name, char **out)
 {
-	const char *path = getenv("PATH");
 	bool denied = false;
 	struct stat st;
+	int rc;
 
 	if (strchr(name, '/')) {
 		if (stat(name, &st)) {
@@ -280,31 +280,9 @@ static int resolve_program(const char *name, char **out)
 		*out = strdup(name);
 		return *out ? 0 : 1;
 	}
-	if (!path)
-		path = "/usr/local/bin:/bin:/usr/bin";
-	for (const char *p = path;; p++) {
-		const char *end = strchrnul(p, ':');
-		char *cand;
-
-		/* An empty element means the current directory. */
-		if (end == p)
-			cand = xasprintf("%s", name);
-		else
-			cand = xasprintf("%.*s/%s", (int)(end - p), p, name);
-		if (!cand)
-			return 1;
-		if (!stat(cand, &st) && S_ISREG(st.st_mode)) {
-			if (!access(cand, X_OK)) {
-				*out = cand;
-				return 0;
-			}
-			denied = true;
-		}
-		free(cand);
-		if (!*end)
-			break;
-		p = end;
-	}
+	rc = child_which(name, out, &denied);
+	if (rc <= 0)
+		return rc ? 1 : 0;
 	if (denied) {
 		fprintf(stderr, "distrun: %s: Permission denied\n", name);
 		return EXIT_NOEXEC;
