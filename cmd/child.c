@@ -12,7 +12,8 @@
  * sigprocmask, execve.  If a step fails, the child writes which step and
  * its errno into an O_CLOEXEC pipe and _exit()s (127: not found, 126: not
  * executable, 1: another step); the parent reads the pipe before
- * child_start() returns, and 0 bytes mean the exec happened.  So a
+ * child_start() returns (or in child_report(), for a c.fn child that
+ * need not be waited for), and 0 bytes mean the exec happened.  So a
  * program that cannot run is an error of child_start(), which the caller
  * words, never an exit status to interpret.
  *
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,23 +72,39 @@ static int move_fd(int src, int dst)
 	return dup2(src, dst);
 }
 
-void child_reset_signals(const sigset_t *mask)
+void child_caught_signals(sigset_t *caught)
 {
-	sigset_t none;
-
+	sigemptyset(caught);
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
 		/* SIGPIPE is ignored in distrun, and exec would keep that. */
 		if (!sigaction(sig, NULL, &sa) && (sig == SIGPIPE ||
 		    (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)))
-			signal(sig, SIG_DFL);
+			sigaddset(caught, sig);
 	}
+}
+
+void child_reset_caught(const sigset_t *caught, const sigset_t *mask)
+{
+	sigset_t none;
+
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sigismember(caught, sig) == 1)
+			signal(sig, SIG_DFL);
 	if (!mask) {
 		sigemptyset(&none);
 		mask = &none;
 	}
 	sigprocmask(SIG_SETMASK, mask, NULL);
+}
+
+void child_reset_signals(const sigset_t *mask)
+{
+	sigset_t caught;
+
+	child_caught_signals(&caught);
+	child_reset_caught(&caught, mask);
 }
 
 /* In the child, up to exec (or fn): async-signal-safe calls only, and no
@@ -183,12 +201,69 @@ static pid_t fork_child(const struct child *c, int devnull, int errpipe,
 	return pid;
 }
 
+/* The last search (port.c and spawn.c both look the program up). */
+static char *which_name, *which_path;
+static int which_rc;
+static bool which_denied;
+
+int child_which(const char *name, char **out, bool *denied)
+{
+	const char *path = getenv("PATH");
+	struct stat st;
+	int rc = 1;
+
+	*out = NULL;
+	*denied = false;
+	if (which_name && !strcmp(which_name, name)) {
+		*denied = which_denied;
+		if (which_rc)
+			return which_rc;
+		*out = strdup(which_path);
+		return *out ? 0 : -1;
+	}
+	if (!path)
+		path = "/usr/local/bin:/bin:/usr/bin";
+	for (const char *p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		char *cand;
+
+		/* An empty element means the current directory. */
+		if (asprintf(&cand, "%.*s%s%s", (int)(end - p), p,
+			     end == p ? "" : "/", name) < 0)
+			return -1;
+		if (!stat(cand, &st) && S_ISREG(st.st_mode)) {
+			if (!access(cand, X_OK)) {
+				*out = cand;
+				rc = 0;
+				break;
+			}
+			*denied = true;
+		}
+		free(cand);
+		if (!*end)
+			break;
+		p = end;
+	}
+	free(which_name);
+	free(which_path);
+	which_name = strdup(name);
+	which_path = *out ? strdup(*out) : NULL;
+	if (!which_name || (*out && !which_path)) {
+		free(which_name);
+		which_name = NULL;
+	}
+	which_rc = rc;
+	which_denied = *denied;
+	return rc;
+}
+
 int child_start(struct child *c)
 {
 	int ep[2] = { -1, -1 }, devnull = -1, rc = -1, e;
 	pid_t self = getpid();
 
 	c->pid = -1;
+	c->report_fd = -1;
 	c->step = CHILD_STEP_PARENT;
 	if ((c->in < 0 || c->out < 0 || c->err < 0) &&
 	    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
@@ -203,6 +278,12 @@ int child_start(struct child *c)
 		setpgid(c->pid, c->pid);
 	close(ep[1]);
 	ep[1] = -1;
+	if (c->fn && c->later) {
+		c->report_fd = ep[0];
+		ep[0] = -1;
+		rc = 0;
+		goto out;
+	}
 	rc = read_err(c, ep[0]);
 	if (rc) {
 		/* It has _exit()ed: leave no child behind. */
@@ -221,6 +302,18 @@ out:
 	if (devnull >= 0)
 		close(devnull);
 	errno = e;
+	return rc;
+}
+
+int child_report(struct child *c)
+{
+	int rc;
+
+	if (c->report_fd < 0)
+		return 0;
+	rc = read_err(c, c->report_fd);
+	close(c->report_fd);
+	c->report_fd = -1;
 	return rc;
 }
 

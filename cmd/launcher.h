@@ -164,7 +164,6 @@ struct rank {
 	pid_t pid;                 /* also its process group id */
 	enum rank_state state;
 	int out_fd, err_fd;        /* read ends, -1 once at EOF */
-	int errpipe;               /* exec-error pipe, -1 once read */
 	struct linebuf line[2];    /* partial line of stdout, stderr */
 	int file_fd[2];            /* --output-dir files, -1 if none */
 	int file_errno[2];         /* why a write to one failed (ENOSPC...), 0 */
@@ -172,6 +171,7 @@ struct rank {
 	int exec_errno;            /* errno from a failed exec, or 0 */
 	int spawn_step;            /* SPAWN_STEP_*: what exec_errno is of */
 	bool stopped;              /* was running when distrun stopped it */
+	bool out_grown;            /* its stdout pipe grown (mux_read) */
 	char suspended;            /* then stopped by a signal ('T') or a
 				    * tracer ('t') itself; 0 if not */
 	double t_start, t_end;     /* monotonic seconds */
@@ -202,7 +202,8 @@ struct job {
 	char *prog_path;           /* resolved program (malloc) */
 	char **env;                /* environment template (spawn.c) */
 	int devnull;               /* the ranks' stdin */
-	int cgroup_fd;             /* the job cgroup's cgroup.procs, or -1 */
+	int cgroup_fd;             /* the job cgroup's cgroup.procs, or -1
+				      (guard_cgroup_procs opens it) */
 	int cgroup_dirfd;          /* the job cgroup's directory, or -1 */
 	char *cgroup_dir;          /* the job's cgroup (malloc), or NULL */
 	sigset_t orig_mask;        /* restored in the ranks */
@@ -212,6 +213,7 @@ struct job {
 	 * for the whole job, NULL if it could not be made. */
 	int seg_fd;                /* -1: none */
 	bool linebuf;              /* ranks get the line-buffering shim */
+	int pipe_size;             /* what a full stdout pipe grows to, 0 */
 	void *seg;                 /* a dri_seg_hdr */
 	size_t seg_size;
 
@@ -322,6 +324,11 @@ pid_t clone_into(int cgroup_dirfd, int (*fn)(void *), void *arg);
  *                     pipe, the launcher already gone, the fds, the
  *                     working directory, the exec), with no child left.
  *                     It prints nothing: each caller words its error.
+ *                     With c.fn and c.later it returns once forked (0 and
+ *                     c.pid, or -1), without waiting for the child to set
+ *                     up: child_report(&c) then tells, as child_start
+ *                     would have (0, or -1 with errno and c.step), and
+ *                     leaves a child that failed to be reaped.
  *   child_wait(&c, ms, &st)    reaps it, waiting at most ms (-1: for
  *                     ever, 0: not at all): 0 with its waitpid status, 1
  *                     if it still runs, -1 with errno (ECHILD: it was
@@ -356,19 +363,33 @@ struct child {
 	const sigset_t *mask;      /* the exec'd program's signal mask */
 	int (*fn)(void *arg);      /* run instead of exec: its exit status */
 	void *arg;
+	bool later;                /* c.fn only: see child_report() */
+	int report_fd;             /* out: what child_report() reads, -1 */
 
 	pid_t pid;                 /* out: -1 until started, after reaped */
 	int step;                  /* out: CHILD_STEP_* that failed */
 };
 #define CHILD_INIT { .in = 0, .out = 1, .err = 2, .pass_fd = -1, \
-		     .cgroup_fd = -1, .pid = -1 }
+		     .cgroup_fd = -1, .report_fd = -1, .pid = -1 }
 int child_start(struct child *c);
+int child_report(struct child *c);
+/* Like execvp's search of PATH for name (which has no '/'), done in the
+ * parent: 0 and in *out (malloc'd) the first regular file there that we
+ * may run; 1 when there is none (*denied: one we may not run was seen);
+ * -1 when out of memory.  The answer is kept for the next call with the
+ * same name: port.c and spawn.c both look the program up. */
+int child_which(const char *name, char **out, bool *denied);
 int child_wait(struct child *c, int timeout_ms, int *status);
 int child_finish(struct child *c, int grace_ms, int *status);
 /* What an exec'd child gets: SIGPIPE and caught signals at their
  * defaults, mask (NULL: none) as its mask.  For a process about to exec
  * itself anew too (nodes_reexec). */
 void child_reset_signals(const sigset_t *mask);
+/* The same in two halves, for many children: the set to reset, looked
+ * up once in the parent (a sigaction call per signal), then in each
+ * child (async-signal-safe) only those reset and mask set. */
+void child_caught_signals(sigset_t *caught);
+void child_reset_caught(const sigset_t *caught, const sigset_t *mask);
 
 /* segment.c: segment_create() before spawn_prepare() (the ranks'
  * environment names the fd); on -1 (after a warning) the job runs
@@ -392,14 +413,22 @@ void input_handle(struct job *job, const struct pollfd *pfd, int n);
 void input_release(struct job *job);
 
 /* guard.c: guard_start() before the first rank (it also makes the job's
- * cgroup where it can), guard_add() for each rank's process group,
- * guard_forget() when the rank has exited but before it is reaped,
- * guard_done() once the job has ended cleanly (it kills and reaps the
- * guard and removes the cgroup). */
+ * cgroup where it can), guard_started() once the ranks are started (it
+ * warns if the guard could not set up, and the job goes on without it),
+ * guard_add() for rank r's process group, guard_forget() when the rank
+ * has exited but before it is reaped (neither is a system call),
+ * guard_done() once the job has ended cleanly (it kills the guard and
+ * removes the cgroup), guard_release() last (it reaps the guard, which
+ * died meanwhile).
+ * guard_cgroup_procs() is the cgroup's cgroup.procs for a process that
+ * moves itself in, opened on first use (-1: no cgroup, or a warning). */
 int guard_start(struct job *job);
-void guard_add(struct job *job, pid_t pgid);
-void guard_forget(struct job *job, pid_t pgid);
+void guard_started(struct job *job);
+void guard_add(struct job *job, int r, pid_t pgid);
+void guard_forget(struct job *job, int r);
 void guard_done(struct job *job);
+void guard_release(struct job *job);
+int guard_cgroup_procs(struct job *job);
 
 /* mux.c */
 int mux_init(struct job *job);

@@ -106,7 +106,7 @@ static int alloc_ranks(struct job *job)
 	for (int r = 0; r < n; r++) {
 		struct rank *rk = &job->ranks[r];
 
-		rk->out_fd = rk->err_fd = rk->errpipe = -1;
+		rk->out_fd = rk->err_fd = -1;
 		rk->file_fd[0] = rk->file_fd[1] = -1;
 	}
 	return 0;
@@ -175,7 +175,7 @@ static bool restart(struct job *job)
 		struct rank *rk = &job->ranks[r];
 		int files[2] = { rk->file_fd[0], rk->file_fd[1] };
 
-		*rk = (struct rank){ .out_fd = -1, .err_fd = -1, .errpipe = -1,
+		*rk = (struct rank){ .out_fd = -1, .err_fd = -1,
 				     .file_fd = { files[0], files[1] } };
 	}
 	job->first_fail = -1;
@@ -289,6 +289,8 @@ out:
 		close(job.sigfd);
 	nodes_release(job.nodes);
 	opts_release(&o);
+	/* Last: the guard, killed in guard_done, has died meanwhile. */
+	guard_release(&job);
 	if (again)   /* returns only if exec fails */
 		nodes_reexec(argv, again, &job.orig_mask);
 	return rc;

@@ -15,11 +15,13 @@
  *    clone_into.c).  Whatever a rank forks stays in it, whatever it
  *    does with sessions and groups.
  *  - Before the ranks start, distrun forks the guard (child.c), which
- *    keeps the read end of a pipe.  distrun writes each rank's pid (also
- *    its process group) into the pipe when it starts the rank, and the
- *    pid negated when it has seen the rank exit, before it reaps it: a
- *    pid that can be reused is never in the guard's list, so the guard
- *    never signals a stranger's group.
+ *    keeps the read end of a pipe, and shares a page with it (a
+ *    MAP_SHARED mapping made before the fork): a slot per rank, where
+ *    distrun puts the rank's pid (also its process group) when it starts
+ *    the rank, and 0 when it has seen the rank exit, before it reaps it:
+ *    a pid that can be reused is never in the guard's list, so the guard
+ *    never signals a stranger's group.  Plain stores, no message: the
+ *    guard sleeps until the pipe's EOF, and is not woken twice a rank.
  *  - If the pipe reaches EOF, distrun is gone: the guard kills the cgroup
  *    (cgroup.kill, or each pid of cgroup.procs where that file is
  *    missing), the ranks' process groups still listed, and, without a
@@ -49,26 +51,46 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "launcher.h"
 
-static pid_t pgids[MAX_RANKS];
+/* The ranks' process groups (0: none), shared with the guard. */
+static pid_t *pgids;
 static size_t npgids;
+/* The guard's report of its set-up (child_report), until read. */
+static struct child guard_child = CHILD_INIT;
+static bool guard_killed;
 
 /* ------------------------------------------------------------ cgroup */
 
-/* Where the cgroup2 hierarchy is mounted, from /proc/self/mountinfo:
- * /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
- * hybrid one. */
+/* Where the cgroup2 hierarchy is mounted: /sys/fs/cgroup on a unified
+ * system, /sys/fs/cgroup/unified on a hybrid one, and where neither is
+ * cgroup2, the first cgroup2 mount of /proc/self/mountinfo (which the
+ * kernel takes a while to write out: a statfs is cheaper). */
 static int cgroup2_mount(char *buf, size_t n)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
+	static const char *const usual[] = { "/sys/fs/cgroup",
+					      "/sys/fs/cgroup/unified" };
+	FILE *f;
 	char line[4096];
 	int rc = -1;
 
+	for (size_t i = 0; i < sizeof(usual) / sizeof(usual[0]); i++) {
+		struct statfs sf;
+
+		if (!statfs(usual[i], &sf) &&
+		    sf.f_type == CGROUP2_SUPER_MAGIC && strlen(usual[i]) < n) {
+			strcpy(buf, usual[i]);
+			return 0;
+		}
+	}
+	f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
@@ -141,27 +163,39 @@ static void cgroup_create(struct job *job)
 		return;
 	}
 	job->cgroup_dir = strdup(path);
-	snprintf(path, sizeof(path), "%s/cgroup.procs", job->cgroup_dir);
-	job->cgroup_fd = open(path, O_WRONLY | O_CLOEXEC);
-	/* for clone_into(); without it, ranks move themselves (spawn.c) */
+	/* for clone_into(); cgroup.procs is opened when first needed (a
+	 * process that moves itself in: guard_cgroup_procs) */
 	if (job->cgroup_dir)
 		job->cgroup_dirfd = open(job->cgroup_dir, O_RDONLY |
 					 O_DIRECTORY | O_CLOEXEC);
-	if (!job->cgroup_dir || job->cgroup_fd < 0) {
+	if (!job->cgroup_dir || job->cgroup_dirfd < 0) {
 		fprintf(stderr, "distrun: warning: cannot use the job's "
 			"cgroup %s: %s; a kill -9 of distrun then stops only "
 			"what keeps the job's environment\n", path,
 			strerror(errno));
-		if (job->cgroup_fd >= 0)
-			close(job->cgroup_fd);
-		if (job->cgroup_dirfd >= 0)
-			close(job->cgroup_dirfd);
-		job->cgroup_fd = job->cgroup_dirfd = -1;
-		*strrchr(path, '/') = 0;
 		rmdir(path);
 		free(job->cgroup_dir);
 		job->cgroup_dir = NULL;
+		job->cgroup_dirfd = -1;
 	}
+}
+
+int guard_cgroup_procs(struct job *job)
+{
+	static bool said;
+
+	if (job->cgroup_fd >= 0 || job->cgroup_dirfd < 0)
+		return job->cgroup_fd;
+	job->cgroup_fd = openat(job->cgroup_dirfd, "cgroup.procs",
+				O_WRONLY | O_CLOEXEC);
+	if (job->cgroup_fd < 0 && !said) {
+		said = true;
+		fprintf(stderr, "distrun: warning: cannot use the job's "
+			"cgroup %s/cgroup.procs: %s; a kill -9 of distrun then "
+			"stops only what keeps the job's environment\n",
+			job->cgroup_dir, strerror(errno));
+	}
+	return job->cgroup_fd;
 }
 
 static void sleep_ms(long ms)
@@ -173,12 +207,15 @@ static void sleep_ms(long ms)
 }
 
 /* SIGKILLs every process of the cgroup, waits (bounded: 2 s) for it to
- * empty, and removes it. */
+ * empty, and removes it.  An empty cgroup (a job that ended cleanly) is
+ * only removed: rmdir fails with EBUSY while a process is in it. */
 static void cgroup_kill_remove(const char *dir)
 {
 	char path[4200];
 	int fd;
 
+	if (!rmdir(dir) || errno != EBUSY)
+		return;
 	snprintf(path, sizeof(path), "%s/cgroup.kill", dir);
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd >= 0) {
@@ -310,15 +347,6 @@ static void kill_by_environ(const struct want *w)
 
 /* ------------------------------------------------------------ the guard */
 
-static void forget(pid_t pid)
-{
-	for (size_t i = 0; i < npgids; i++)
-		if (pgids[i] == pid) {
-			pgids[i] = pgids[--npgids];
-			return;
-		}
-}
-
 /* What the guard's child needs: it is forked, so these are its copy. */
 struct guard_args {
 	const char *cgroup_dir;
@@ -332,33 +360,26 @@ static int guard_main(void *arg)
 	struct guard_args *a = arg;
 	struct want *w = &a->w;
 	const char *cgroup_dir = a->cgroup_dir;
-	pid_t msg[256];
-	char *p = (char *)msg;
-	size_t have = 0;
+	char buf[64];
 	int rd = 3;
 
+	/* Nothing is written to the pipe: only its EOF is awaited. */
 	for (;;) {
-		ssize_t r = read(rd, p + have, sizeof(msg) - have);
-		size_t n;
+		ssize_t r = read(rd, buf, sizeof(buf));
 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
 			break;
-		have += r;
-		n = have / sizeof(pid_t);
-		for (size_t i = 0; i < n; i++) {
-			if (msg[i] < 0)
-				forget(-msg[i]);
-			else if (npgids < MAX_RANKS)
-				pgids[npgids++] = msg[i];
-		}
-		have -= n * sizeof(pid_t);
-		memmove(msg, p + n * sizeof(pid_t), have);
 	}
-	/* distrun is gone. */
-	for (size_t i = 0; i < npgids; i++)
-		killpg(pgids[i], SIGKILL);
+	/* distrun is gone; what it stored before is all there.  Never 0
+	 * (our own group) nor 1 (kill(-1) is every process). */
+	for (size_t i = 0; i < npgids; i++) {
+		pid_t pg = __atomic_load_n(&pgids[i], __ATOMIC_ACQUIRE);
+
+		if (pg > 1)
+			killpg(pg, SIGKILL);
+	}
 	if (cgroup_dir)
 		cgroup_kill_remove(cgroup_dir);
 	else
@@ -393,10 +414,17 @@ int guard_start(struct job *job)
 {
 	struct child c = CHILD_INIT;
 	struct guard_args a;
-	int fds[2], rc;
+	int fds[2];
 
 	job->guard_fd = -1;
 	cgroup_create(job);
+	npgids = (size_t)job->o->nranks;
+	pgids = mmap(NULL, npgids * sizeof(*pgids), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (pgids == MAP_FAILED) {
+		pgids = NULL;
+		goto fail;
+	}
 	if (pipe2(fds, O_CLOEXEC))
 		goto fail;
 	a.cgroup_dir = job->cgroup_dir;
@@ -410,24 +438,18 @@ int guard_start(struct job *job)
 	c.in = c.out = c.err = CHILD_DEVNULL;
 	c.pass_fd = fds[0];
 	c.close_fds = true;
-	rc = child_start(&c);
-	explicit_bzero(&a.w, sizeof(a.w));
-	close(fds[0]);
-	if (rc && c.step == CHILD_STEP_FDS) {
-		/* What keeps the guard from /dev/null on its fds 0-2 (an fd
-		 * limit under 3, a seccomp filter) keeps the ranks from their
-		 * pipes too, and they say so in their own words: the job goes
-		 * on, without the guard, as when the guard dies. */
-		fprintf(stderr, "distrun: warning: the guard process could not "
-			"set up its descriptors (%s): a kill -9 of distrun will "
-			"not stop the job's processes\n", strerror(errno));
-		close(fds[1]);
-		return 0;
-	}
-	if (rc) {
+	/* Its set-up is looked at once the ranks are started
+	 * (guard_started): meanwhile it runs beside us. */
+	c.later = true;
+	if (child_start(&c)) {
+		explicit_bzero(&a.w, sizeof(a.w));
+		close(fds[0]);
 		close(fds[1]);
 		goto fail;
 	}
+	explicit_bzero(&a.w, sizeof(a.w));
+	close(fds[0]);
+	guard_child = c;
 	job->guard_fd = fds[1];
 	job->guard_pid = c.pid;
 	return 0;
@@ -437,36 +459,46 @@ fail:
 	return -1;
 }
 
-static void guard_send(struct job *job, pid_t msg)
+void guard_started(struct job *job)
 {
-	if (job->guard_fd >= 0 &&
-	    write(job->guard_fd, &msg, sizeof(msg)) != sizeof(msg)) {
-		/* The guard is gone: carry on without it. */
+	if (!child_report(&guard_child))
+		return;
+	/* What keeps the guard from /dev/null on its fds 0-2 (an fd limit
+	 * under 3, a seccomp filter) keeps the ranks from their pipes too,
+	 * and they say so in their own words: the job goes on, without the
+	 * guard, as when the guard dies (it has exited: job.c reaps it). */
+	fprintf(stderr, "distrun: warning: the guard process could not set up "
+		"its descriptors (%s): a kill -9 of distrun will not stop the "
+		"job's processes\n", strerror(errno));
+	if (job->guard_fd >= 0)
 		close(job->guard_fd);
-		job->guard_fd = -1;
-	}
+	job->guard_fd = -1;
 }
 
-void guard_add(struct job *job, pid_t pgid)
+void guard_add(struct job *job, int r, pid_t pgid)
 {
-	guard_send(job, pgid);
+	(void)job;
+	if (pgids && r >= 0 && (size_t)r < npgids)
+		__atomic_store_n(&pgids[r], pgid, __ATOMIC_RELEASE);
 }
 
-void guard_forget(struct job *job, pid_t pgid)
+void guard_forget(struct job *job, int r)
 {
-	guard_send(job, -pgid);
+	guard_add(job, r, 0);
 }
 
 void guard_done(struct job *job)
 {
-	if (job->guard_pid > 0) {
-		struct child c = CHILD_INIT;
-
-		/* Not yet reaped (job.c forgets it when it reaps it). */
-		c.pid = job->guard_pid;
-		child_finish(&c, 0, NULL);
-		job->guard_pid = 0;
+	/* Not yet reaped (job.c forgets it when it reaps it): still ours,
+	 * so its pid cannot be another's.  It dies while we clean up, and
+	 * guard_release() reaps it. */
+	if (job->guard_pid > 0 && !guard_killed) {
+		kill(job->guard_pid, SIGKILL);
+		guard_killed = true;
 	}
+	if (guard_child.report_fd >= 0)
+		close(guard_child.report_fd);
+	guard_child.report_fd = -1;
 	if (job->guard_fd >= 0)
 		close(job->guard_fd);
 	job->guard_fd = -1;
@@ -482,4 +514,18 @@ void guard_done(struct job *job)
 		free(job->cgroup_dir);
 		job->cgroup_dir = NULL;
 	}
+}
+
+void guard_release(struct job *job)
+{
+	guard_done(job);
+	if (job->guard_pid > 0) {
+		guard_child.pid = job->guard_pid;
+		child_wait(&guard_child, -1, NULL);
+		job->guard_pid = 0;
+	}
+	if (pgids)
+		munmap(pgids, npgids * sizeof(*pgids));
+	pgids = NULL;
+	npgids = 0;
 }

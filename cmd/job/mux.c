@@ -327,10 +327,9 @@ int mux_init(struct job *job)
 
 		d->fd = s + 1;
 		d->open_rank = -1;
-		d->cap = OBUF_SIZE;
-		d->buf = malloc(d->cap);
-		if (!d->buf || dest_open(d) || (mux.labels &&
-						make_labels(job, d)))
+		/* d->buf comes with the first bytes to keep (dest_reserve): a
+		 * job that prints nothing maps no buffer. */
+		if (dest_open(d) || (mux.labels && make_labels(job, d)))
 			goto fail;
 	}
 	for (int r = 0; r < o->nranks; r++)
@@ -412,7 +411,7 @@ static size_t dest_writev_some(struct job *job, struct dest *d,
 /* Makes room for need more bytes at the end of d's pending bytes. */
 static int dest_reserve(struct dest *d, size_t need)
 {
-	size_t cap = d->cap;
+	size_t cap = d->cap ? d->cap : OBUF_SIZE;
 	char *b;
 
 	if (d->off && d->len + need > d->cap) {
@@ -434,10 +433,11 @@ static int dest_reserve(struct dest *d, size_t need)
 
 static void dest_flush(struct job *job, struct dest *d)
 {
-	struct iovec iov = { d->buf + d->off, d->len - d->off };
+	if (d->len > d->off) {
+		struct iovec iov = { d->buf + d->off, d->len - d->off };
 
-	if (d->len > d->off)
 		d->off += dest_writev_some(job, d, &iov, 1);
+	}
 	if (d->off == d->len)
 		d->off = d->len = 0;
 }
@@ -702,6 +702,14 @@ int mux_read(struct job *job, int r, int s)
 		return errno == EAGAIN ? 1 : -1;
 	if (n == 0)
 		return 0;
+	/* A full pipe (the default 64 KiB): a chatty rank, whose stdout
+	 * pipe grows (spawn_all).  A help, not a need: F_SETPIPE_SZ may be
+	 * refused above /proc/sys/fs/pipe-max-size. */
+	if (!s && n >= 64 * 1024 && !rk->out_grown && job->pipe_size) {
+		rk->out_grown = true;
+		if (fcntl(fd, F_SETPIPE_SZ, job->pipe_size) < 0)
+			job->pipe_size = 0;
+	}
 	if (rk->file_fd[s] >= 0) {
 		const char *p = mux.rbuf;
 		size_t left = n;

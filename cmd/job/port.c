@@ -183,27 +183,12 @@ static void port_unlisten(void)
  * NULL: spawn.c says why when it runs it. */
 static char *port_find_program(const char *name)
 {
-	const char *path = getenv("PATH");
-	struct stat st;
+	char *path;
+	bool denied;
 
 	if (strchr(name, '/'))
 		return strdup(name);
-	if (!path)
-		path = "/usr/local/bin:/bin:/usr/bin";
-	for (const char *p = path;; p = strchr(p, ':') + 1) {
-		const char *end = strchrnul(p, ':');
-		char *cand = NULL;
-
-		if (asprintf(&cand, "%.*s%s%s", (int)(end - p), p,
-			     end == p ? "" : "/", name) < 0)
-			return NULL;
-		if (!stat(cand, &st) && S_ISREG(st.st_mode) &&
-		    !access(cand, X_OK))
-			return cand;
-		free(cand);
-		if (!*end)
-			return NULL;
-	}
+	return child_which(name, &path, &denied) ? NULL : path;
 }
 
 /* Whether rank 0's program takes the listening sockets: an ELF file

@@ -528,8 +528,8 @@ static int start_own(struct job *job, struct preload *p)
 
 	if (!argv || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
 		goto fail;
-	preload_server_child(&c, argv, env, NULL, sv[1], job->cgroup_fd,
-			     &job->orig_mask);
+	preload_server_child(&c, argv, env, NULL, sv[1],
+			     guard_cgroup_procs(job), &job->orig_mask);
 	if (child_start(&c))
 		goto fail;
 	p->server = c;
@@ -716,7 +716,7 @@ int preload_fork(struct job *job, int r, int in, int out, int err,
 	fds[nfds++] = err;
 	if (job->seg_fd >= 0)
 		fds[nfds++] = job->seg_fd;
-	if (job->cgroup_fd >= 0)
+	if (guard_cgroup_procs(job) >= 0)
 		fds[nfds++] = job->cgroup_fd;
 	sb_fieldf(&body, "%d", r);
 	sb_fieldf(&body, "%d", (int)getpid());
@@ -815,7 +815,7 @@ static void lost_ranks(struct job *job)
 		/* Reaped already if they came to us (we are the subreaper of
 		 * the server's orphans); else their end is known here. */
 		if (rk->pid == p->pid[r] && rk->state == RANK_RUNNING) {
-			guard_forget(job, rk->pid);
+			guard_forget(job, r);
 			job->rank_exited(job, r, SIGKILL, &ru);
 		} else if (rk->pid == p->pid[r] && p->exit_status[r] >= 0) {
 			job->rank_exited(job, r, p->exit_status[r], &ru);
@@ -841,7 +841,7 @@ static void handle_line(struct job *job, const char *line)
 		 * server may reap it (and its pid be reused). */
 		job->ranks[r].state = RANK_EXITED;
 		p->exit_status[r] = status;
-		guard_forget(job, (pid_t)pid);
+		guard_forget(job, r);
 		sb_fieldf(&body, "%ld", pid);
 		if (body.oom || send_frame(p->fd, "REAP", &body, NULL, 0))
 			close_conn(p);

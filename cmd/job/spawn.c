@@ -7,10 +7,12 @@
  * the job's cgroup: clone_into.c), so the child does only
  * async-signal-safe work: setpgid, prctl, dup2, sigaction, sigprocmask,
  * execve.  If a step fails,
- * the child writes which step and its errno into an O_CLOEXEC pipe and
- * _exit()s with 127 (not found) or 126 (not executable) when exec failed,
- * 1 when setting up its fds did; the parent reads the pipe, which gives 0
- * bytes when the exec succeeded.
+ * the child writes which step and its errno into the arguments it shares
+ * with the parent and _exit()s with 127 (not found) or 126 (not
+ * executable) when exec failed, 1 when setting up its fds did.  vfork and
+ * clone_into() suspend the parent until the child has exec'd or exited,
+ * so the parent reads them as soon as it runs again: no pipe is needed
+ * (glibc's posix_spawn does the same).
  *
  * The job's secret (DISTRUN_SECRET, 32 bytes from getrandom in hex) goes
  * to the ranks in their environment only: /proc/PID/environ is readable by
@@ -59,9 +61,11 @@ static char rank_str[N_SLOTS][96];
 static const int *child_store_fds;
 static int child_nstore_fds;
 static size_t env_nalloc;
-static int pipe_size;       /* stdout pipe capacity, 0: the default */   /* job->env[N_SLOTS..env_nalloc) are ours */
 /* The line-buffering shim's LD_PRELOAD and ASAN_OPTIONS (or NULL). */
 static char *linebuf_env[2];
+/* The signals every child resets to their defaults (child.c), looked up
+ * once for all the ranks. */
+static sigset_t caught_sigs;
 
 void spawn_set_restart(struct job *job, int count)
 {
@@ -256,9 +260,9 @@ static int build_env(struct job *job)
  * malloc'd path, or the exit status after printing why. */
 static int resolve_program(const char *name, char **out)
 {
-	const char *path = getenv("PATH");
 	bool denied = false;
 	struct stat st;
+	int rc;
 
 	if (strchr(name, '/')) {
 		if (stat(name, &st)) {
@@ -276,31 +280,9 @@ static int resolve_program(const char *name, char **out)
 		*out = strdup(name);
 		return *out ? 0 : 1;
 	}
-	if (!path)
-		path = "/usr/local/bin:/bin:/usr/bin";
-	for (const char *p = path;; p++) {
-		const char *end = strchrnul(p, ':');
-		char *cand;
-
-		/* An empty element means the current directory. */
-		if (end == p)
-			cand = xasprintf("%s", name);
-		else
-			cand = xasprintf("%.*s/%s", (int)(end - p), p, name);
-		if (!cand)
-			return 1;
-		if (!stat(cand, &st) && S_ISREG(st.st_mode)) {
-			if (!access(cand, X_OK)) {
-				*out = cand;
-				return 0;
-			}
-			denied = true;
-		}
-		free(cand);
-		if (!*end)
-			break;
-		p = end;
-	}
+	rc = child_which(name, out, &denied);
+	if (rc <= 0)
+		return rc ? 1 : 0;
 	if (denied) {
 		fprintf(stderr, "distrun: %s: Permission denied\n", name);
 		return EXIT_NOEXEC;
@@ -406,20 +388,16 @@ int spawn_prepare(struct job *job)
 	return 0;
 }
 
-/* What the child sends back when it cannot exec: the step that failed
- * and its errno. */
-struct child_err {
-	int step;
-	int err;
-};
-
 /* What the child needs: it reads them from our memory, which it shares
- * until it execs. */
+ * until it execs; and where it says why it could not exec. */
 struct child_args {
 	struct job *job;
 	pid_t parent;
-	int in, out, err, errpipe;
+	int in, out, err;
 	int move;                  /* write itself into the cgroup */
+	bool failed;               /* out: step and errnum are set */
+	int step;                  /* out: SPAWN_STEP_* that failed */
+	int errnum;                /* out: its errno */
 };
 
 /* In the child, between vfork (or clone_into) and exec: async-signal-safe
@@ -430,9 +408,9 @@ struct child_args {
  * it cannot exec. */
 static int child_main(void *arg)
 {
-	const struct child_args *a = arg;
+	struct child_args *a = arg;
 	struct job *job = a->job;
-	struct child_err ce = { SPAWN_STEP_FDS, 0 };
+	int step = SPAWN_STEP_FDS;
 
 	setpgid(0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != a->parent)
@@ -454,16 +432,16 @@ static int child_main(void *arg)
 			goto fail;
 	/* SIGPIPE and caught signals to their defaults, the mask distrun
 	 * was started with: what every exec'd child gets (child.c). */
-	child_reset_signals(&job->orig_mask);
-	ce.step = SPAWN_STEP_EXEC;
+	child_reset_caught(&caught_sigs, &job->orig_mask);
+	step = SPAWN_STEP_EXEC;
 	execve(job->prog_path, job->o->argv, job->env);
 fail:
-	ce.err = errno;
-	while (write(a->errpipe, &ce, sizeof(ce)) < 0 && errno == EINTR)
-		;
-	if (ce.step != SPAWN_STEP_EXEC)
+	a->errnum = errno;
+	a->step = step;
+	a->failed = true;
+	if (step != SPAWN_STEP_EXEC)
 		return 1;
-	return ce.err == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
+	return a->errnum == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
 }
 
 /* Starts the child: into the job's cgroup as it is made where clone3
@@ -491,6 +469,7 @@ static pid_t start_child(struct child_args *ca)
 		clone_into_refused = 1;
 	}
 	ca->move = 1;
+	guard_cgroup_procs(job);
 	pid = vfork();
 	if (pid == 0)
 		_exit(child_main(ca));
@@ -513,7 +492,7 @@ static void store_fds_env(int rank)
 static int spawn_rank(struct job *job, int r, pid_t self)
 {
 	struct rank *rk = &job->ranks[r];
-	int out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
+	int out[2] = { -1, -1 }, err[2] = { -1, -1 };
 	int in = -1;
 	sigset_t all, mask;
 	struct child_args ca;
@@ -522,14 +501,10 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 
 	/* Our ends never block the job loop; the rank's do block. */
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
-	    pipe2(ep, O_CLOEXEC) || input_pipe(job, r, &in) ||
+	    input_pipe(job, r, &in) ||
 	    fcntl(out[0], F_SETFL, O_NONBLOCK) < 0 ||
 	    fcntl(err[0], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
-	/* A larger pipe is a help, not a need (F_SETPIPE_SZ may be
-	 * refused above /proc/sys/fs/pipe-max-size). */
-	if (pipe_size && fcntl(out[0], F_SETPIPE_SZ, pipe_size) < 0)
-		pipe_size = 0;
 	snprintf(rank_str[SLOT_RANK], 48, "RANK=%d", job->rank_offset + r);
 	snprintf(rank_str[SLOT_LOCAL_RANK], 48, "LOCAL_RANK=%d", r);
 	snprintf(rank_str[SLOT_ROLE_RANK], 48, "ROLE_RANK=%d",
@@ -555,7 +530,8 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 		goto started;
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &mask);
-	ca = (struct child_args){ job, self, in, out[1], err[1], ep[1], 0 };
+	ca = (struct child_args){ .job = job, .parent = self, .in = in,
+				  .out = out[1], .err = err[1] };
 	pid = start_child(&ca);
 	vfork_errno = errno;
 	sigprocmask(SIG_SETMASK, &mask, NULL);
@@ -563,20 +539,22 @@ static int spawn_rank(struct job *job, int r, pid_t self)
 		errno = vfork_errno;
 		goto fail;
 	}
-	/* Also here, so that killpg works before the child has run. */
-	setpgid(pid, pid);
+	/* The child has exec'd or exited by now, its process group made
+	 * (setpgid before exec), so killpg already works. */
+	if (ca.failed) {
+		rk->exec_errno = ca.errnum;
+		rk->spawn_step = ca.step;
+	}
 started:
-	guard_add(job, pid);
+	guard_add(job, r, pid);
 	close(out[1]);
 	close(err[1]);
-	close(ep[1]);
 	if (in != job->devnull)
 		close(in);
 	rk->pid = pid;
 	rk->state = RANK_RUNNING;
 	rk->out_fd = out[0];
 	rk->err_fd = err[0];
-	rk->errpipe = ep[0];
 	job->nlive++;
 	job->nopen += 2;
 	return 0;
@@ -586,8 +564,8 @@ fail:
 		int e = errno;
 
 		getrlimit(RLIMIT_NOFILE, &rl);
-		/* The launcher keeps a stdout and a stderr pipe per rank, and until
-		 * the exec a pipe that reports a failed one. */
+		/* The launcher keeps a stdout and a stderr pipe per rank, and
+		 * one to its stdin with --stdin. */
 		fprintf(stderr, "distrun: cannot start rank %d: %s (%s; %d ranks "
 			"need about %d, the limit is %llu: raise it with "
 			"ulimit -n)\n", r, strerror(e), e == EMFILE ?
@@ -604,8 +582,6 @@ fail:
 			close(out[i]);
 		if (err[i] >= 0)
 			close(err[i]);
-		if (ep[i] >= 0)
-			close(ep[i]);
 	}
 	if (in >= 0 && in != job->devnull)
 		close(in);
@@ -620,12 +596,15 @@ int spawn_all(struct job *job)
 	/* Larger stdout pipes mean fewer reads and context switches for
 	 * chatty ranks; but the kernel counts pipe capacity per user (past
 	 * fs.pipe-user-pages-soft, 64 MiB by default, new pipes get one
-	 * page), so all of them together stay within 16 MiB. */
+	 * page), so all of them together stay within 16 MiB.  A pipe grows
+	 * when a read first finds it full (mux_read): most ranks never
+	 * fill one, and F_SETPIPE_SZ costs each rank ~2 us here. */
 	preload_begin(job);
-	pipe_size = 0;
+	child_caught_signals(&caught_sigs);
+	job->pipe_size = 0;
 	for (int sz = 1 << 20; sz > 65536; sz /= 2)
 		if ((long)sz * job->o->nranks <= 16L << 20) {
-			pipe_size = sz;
+			job->pipe_size = sz;
 			break;
 		}
 
@@ -634,25 +613,7 @@ int spawn_all(struct job *job)
 			rc = -1;
 			break;
 		}
-	/* All ranks are forked; now collect exec results (each read ends
-	 * when that child has exec'd or failed). */
-	for (int r = 0; r < job->o->nranks; r++) {
-		struct rank *rk = &job->ranks[r];
-		struct child_err ce;
-		ssize_t n;
-
-		if (rk->errpipe < 0)
-			continue;
-		do
-			n = read(rk->errpipe, &ce, sizeof(ce));
-		while (n < 0 && errno == EINTR);
-		if (n == sizeof(ce)) {
-			rk->exec_errno = ce.err;
-			rk->spawn_step = ce.step;
-		}
-		close(rk->errpipe);
-		rk->errpipe = -1;
-	}
+	guard_started(job);
 	return rc;
 }
 

@@ -2,7 +2,8 @@
  * test_child.c - cmd/child.c, the launcher's one way to start a child
  * that is not a rank: exec errors come back as errors with no child left,
  * the child's signals are clean whatever the launcher blocks or ignores,
- * its fds are the ones asked for, and waits are bounded.
+ * its fds are the ones asked for, and waits are bounded; a function's
+ * child can be left to report later; PATH is searched as execvp does.
  */
 #include "runner.h"
 #include "../../cmd/child.c"
@@ -170,22 +171,104 @@ static int seven(void *arg)
 	return sigismember(&m, SIGTERM) && *(int *)arg == 42 ? 7 : 1;
 }
 
-static int test_fn(void)
+/* c runs seven(arg) with SIGTERM blocked in the launcher. */
+static void fn_child(struct child *c, int *arg)
 {
-	struct child c = CHILD_INIT;
 	sigset_t block;
-	int arg = 42, st;
 
 	sigemptyset(&block);
 	sigaddset(&block, SIGTERM);
 	sigprocmask(SIG_BLOCK, &block, NULL);
-	c.fn = seven;
-	c.arg = &arg;
-	c.in = c.out = c.err = CHILD_DEVNULL;
+	*c = (struct child)CHILD_INIT;
+	c->fn = seven;
+	c->arg = arg;
+	c->in = c->out = c->err = CHILD_DEVNULL;
+}
+
+static int test_fn(void)
+{
+	struct child c;
+	int arg = 42, st;
+
+	fn_child(&c, &arg);
 	c.close_fds = true;
 	CHECK(child_start(&c) == 0);
 	CHECK(child_finish(&c, 5000, &st) == 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+	return 0;
+}
+
+/* c.later: child_start returns once forked; child_report tells what it
+ * would have, and leaves a child that failed to be reaped. */
+static int test_fn_later(void)
+{
+	struct child c;
+	int arg = 42, st;
+
+	fn_child(&c, &arg);
+	c.later = true;
+	CHECK(child_start(&c) == 0 && c.pid > 0 && c.report_fd >= 0);
+	CHECK(child_report(&c) == 0 && c.report_fd == -1);
+	CHECK(child_finish(&c, 5000, &st) == 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+	/* a step that fails: reported late, the child left to reap */
+	fn_child(&c, &arg);
+	c.cwd = "/nonexistent/dir";
+	c.later = true;
+	CHECK(child_start(&c) == 0 && c.pid > 0);
+	CHECK(child_report(&c) == -1);
+	CHECK(errno == ENOENT && c.step == CHILD_STEP_CWD);
+	CHECK(child_wait(&c, -1, &st) == 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	CHECK(no_child());
+	return 0;
+}
+
+/* Writes an empty file of the given mode at dir/name. */
+static int touch(const char *dir, const char *name, mode_t mode)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	return chmod(path, mode);
+}
+
+/* child_which: execvp's search of PATH, remembered for the same name. */
+static int test_which(void)
+{
+	char dir[] = "/tmp/test_child.XXXXXX", want[256], *path;
+	bool denied;
+
+	CHECK(mkdtemp(dir) != NULL);
+	CHECK(!touch(dir, "runs", 0755) && !touch(dir, "norun", 0644));
+	CHECK(mkdir(strcat(strcpy(want, dir), "/adir"), 0755) == 0);
+	snprintf(want, sizeof(want), "/nonexistent:%s", dir);
+	CHECK(setenv("PATH", want, 1) == 0);
+	CHECK(child_which("runs", &path, &denied) == 0 && !denied);
+	snprintf(want, sizeof(want), "%s/runs", dir);
+	CHECKF(!strcmp(path, want), "%s", path);
+	free(path);
+	CHECK(child_which("norun", &path, &denied) == 1 && denied && !path);
+	CHECK(child_which("adir", &path, &denied) == 1 && !denied && !path);
+	CHECK(child_which("nosuch", &path, &denied) == 1 && !denied);
+	/* the last answer is kept: no second search for the same name */
+	CHECK(child_which("nosuch", &path, &denied) == 1 && !denied);
+	CHECK(child_which("runs", &path, &denied) == 0);
+	free(path);
+	CHECK(!touch(dir, "runs", 0644));
+	CHECK(child_which("runs", &path, &denied) == 0);
+	free(path);
+	snprintf(want, sizeof(want), "%s/runs", dir);
+	CHECK(unlink(want) == 0);
+	snprintf(want, sizeof(want), "%s/norun", dir);
+	CHECK(unlink(want) == 0);
+	snprintf(want, sizeof(want), "%s/adir", dir);
+	CHECK(rmdir(want) == 0 && rmdir(dir) == 0);
 	return 0;
 }
 
@@ -197,6 +280,8 @@ static const struct unit_test tests[] = {
 	UNIT(test_fds),
 	UNIT(test_pgroup_and_finish),
 	UNIT(test_fn),
+	UNIT(test_fn_later),
+	UNIT(test_which),
 	{ 0 },
 };
 
