@@ -54,6 +54,32 @@ bats_require_minimum_version 1.5.0
 	[ "$output" = "[0] DISTRUN_TEST_VAR=hello" ]
 }
 
+# port.c hands rank 0 the listening sockets (DISTRUN_STORE_FDS) when its
+# program holds libdistrun: it looks for the marks in the dynamic strings
+# and read-only data of an ELF file, and in the whole file when the
+# section headers are missing.
+@test "the store's sockets go to a program with libdistrun's marks, found where they can be" {
+	command -v objcopy >/dev/null || skip "no objcopy"
+	cd "$BATS_TEST_TMPDIR"
+	printf 'DISTRUN_STORE_FDS\0' >mark
+	run "$DISTRUN" -n 1 --raw "$TESTDATA/envdump" DISTRUN_STORE_FDS
+	[ "$output" = "DISTRUN_STORE_FDS=" ]
+	objcopy --add-section .rodata.mark=mark "$TESTDATA/envdump" ro
+	run "$DISTRUN" -n 1 --raw ./ro DISTRUN_STORE_FDS
+	[[ $output = DISTRUN_STORE_FDS=[0-9]* ]]
+	# in a section that is neither: code or notes are not looked through
+	objcopy --add-section .note.mark=mark "$TESTDATA/envdump" note
+	run "$DISTRUN" -n 1 --raw ./note DISTRUN_STORE_FDS
+	[ "$output" = "DISTRUN_STORE_FDS=" ]
+	# no section headers (e_shoff, e_shnum, e_shstrndx zeroed): all of it
+	cat "$TESTDATA/envdump" mark >bare
+	printf '\0\0\0\0\0\0\0\0' | dd of=bare bs=1 seek=40 conv=notrunc status=none
+	printf '\0\0\0\0' | dd of=bare bs=1 seek=60 conv=notrunc status=none
+	chmod +x bare
+	run "$DISTRUN" -n 1 --raw ./bare DISTRUN_STORE_FDS
+	[[ $output = DISTRUN_STORE_FDS=[0-9]* ]]
+}
+
 # A port nothing is bound to now.
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
