@@ -182,7 +182,7 @@ dr_err dri_frames_unpark(int i, dri_req *r)
 	struct dri_peer *p = PEER(i);
 	dr_err e;
 
-	p->parked = 0;
+	dri_peer_park(p, 0);
 	p->rx_active = 1;
 	if ((e = dri_match_into(i, r)))
 		return e;

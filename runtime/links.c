@@ -41,6 +41,14 @@ void dri_peers_free(void)
 	}
 	free(dri_links.peer);
 	dri_links.peer = NULL;
+	dri_links.nparked = 0;
+}
+
+void dri_peer_park(struct dri_peer *p, int on)
+{
+	on = !!on;
+	dri_links.nparked += on - p->parked;
+	p->parked = on;
 }
 
 void dri_req_init(dri_req *req, const dri_msg_id *id, int peer, int is_send,

@@ -89,7 +89,8 @@ struct dri_peer {
 	char *abort_text;
 	unsigned char *stage;   /* DRI_STAGE_LEN bytes read ahead */
 	size_t s_off, s_len;
-	int parked;             /* rx holds a large header nobody wants yet */
+	int parked;             /* rx holds a large header nobody wants yet:
+				 * set through dri_peer_park only */
 	/* our DRI_WIRE_CALL frame to it, queued behind our data, and the
 	 * call it named last (told: one was sent) */
 	dri_req call_req;
@@ -114,6 +115,8 @@ struct dri_peer {
 extern struct dri_links {
 	int rank, size;
 	struct dri_peer **peer; /* size of them; NULL: never dealt with */
+	int nparked;            /* how many of them are parked: the loops
+				 * that look for one skip the world */
 	/* the medium that reaches peer i (transport.c sets it at start) */
 	const struct dri_link_ops *(*link_of)(int i);
 } dri_links;
@@ -127,6 +130,8 @@ extern struct dri_links {
 struct dri_peer *dri_peer_get(int i);
 /* Frees every record (the transport's stop). */
 void dri_peers_free(void);
+/* Marks p parked (on) or not, keeping dri_links.nparked. */
+void dri_peer_park(struct dri_peer *p, int on);
 
 #define DRI_STAGE_LEN 16384
 

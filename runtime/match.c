@@ -186,7 +186,7 @@ dr_err dri_match_note(const dri_msg_id *id)
 		if (m->id.coll != DRI_P2P && m->id.seq == id->seq &&
 		    m->id.group_id == id->group_id && !dri_same_call(&m->id, id))
 			return dri_calls_differ(m->src, &m->id, RANK, id);
-	for (int i = 0; i < dri_links.size; i++) {
+	for (int i = 0; dri_links.nparked && i < dri_links.size; i++) {
 		const dri_msg_id *q;
 
 		if (!PEER(i) || !PEER(i)->parked)
@@ -257,7 +257,8 @@ int dri_match_post(dri_req *req, dr_err *err)
 	}
 	/* Next in line: a parked message (the peer's, or any peer's for
 	 * DR_ANY_SOURCE). */
-	for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? size : peer + 1); i++)
+	for (int i = peer < 0 ? 0 : peer;
+	     dri_links.nparked && i < (peer < 0 ? size : peer + 1); i++)
 		if (PEER(i) && PEER(i)->parked &&
 		    id_key_match(id, &PEER(i)->rx.id))
 			return i;
@@ -322,7 +323,7 @@ dr_err dri_match_header(int i)
 			break;
 	if (h->len >= PARK_MIN && !r) {
 		p->rx_active = 0;
-		p->parked = 1;
+		dri_peer_park(p, 1);
 		return DR_OK;
 	}
 	return dri_match_into(i, NULL);

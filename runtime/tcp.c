@@ -322,7 +322,7 @@ static void peer_up(int i, int fd)
 	p->state = P_UP;
 	p->rhdr_got = 0;
 	p->rx_active = 0;
-	p->parked = 0;
+	dri_peer_park(p, 0);
 	p->s_off = p->s_len = 0;
 }
 

@@ -225,7 +225,7 @@ static void fail_all_locked(dr_err err)
 		free(p->abort_text);
 		p->abort_text = NULL;
 		p->rx_active = 0;
-		p->parked = 0;
+		dri_peer_park(p, 0);
 	}
 }
 
@@ -493,7 +493,8 @@ dr_err dri_irecv(dri_req *req, const dri_msg_id *id, int peer, void *buf,
 		goto out;
 	/* A parked message of another kind stands in front of what this
 	 * receive waits for: read it into a buffer. */
-	for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? SIZE : peer + 1); i++)
+	for (int i = peer < 0 ? 0 : peer;
+	     dri_links.nparked && i < (peer < 0 ? SIZE : peer + 1); i++)
 		if (PEER(i) && PEER(i)->parked)
 			unpark_locked(i, NULL);
 	/* Connect to the sender ourselves, so that its death is noticed
