@@ -117,7 +117,9 @@ static void rank_main(int n, int r, const int *ls, const int *port,
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	size_t count = bytes / 4;
-	float *buf = malloc(bytes), *tmp = malloc(bytes / (size_t)n + bytes % (size_t)n + 4);
+	/* tmp holds the largest block, the last: count / n + count % n */
+	float *buf = malloc(bytes),
+	      *tmp = malloc((count / (size_t)n + count % (size_t)n) * 4);
 	int so = socket(AF_INET, SOCK_STREAM, 0), ri;
 	double t;
 
