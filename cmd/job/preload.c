@@ -703,7 +703,7 @@ int preload_fork(struct job *job, int r, int in, int out, int err,
 {
 	struct preload *p = job->preload;
 	struct sbuf body = { 0 };
-	int fds[MAX_FDS], nfds = 0;
+	int fds[MAX_FDS], nfds = 0, cgfd;
 	char cwd[PATH_MAX], line[1024];
 	double deadline = now_mono() + FORK_WAIT;
 
@@ -716,8 +716,9 @@ int preload_fork(struct job *job, int r, int in, int out, int err,
 	fds[nfds++] = err;
 	if (job->seg_fd >= 0)
 		fds[nfds++] = job->seg_fd;
-	if (guard_cgroup_procs(job) >= 0)
-		fds[nfds++] = job->cgroup_fd;
+	/* (opened on first use: the fd it returns, not the field) */
+	if ((cgfd = guard_cgroup_procs(job)) >= 0)
+		fds[nfds++] = cgfd;
 	sb_fieldf(&body, "%d", r);
 	sb_fieldf(&body, "%d", (int)getpid());
 	sb_fieldf(&body, "%d", job->seg_fd);
