@@ -35,9 +35,7 @@ static dr_err barrier_submit(dri_entry e, dr_group *group, dr_work **work,
 			     const int *device_ids, int n_device_ids,
 			     int whole_device)
 {
-	dri_args a = { .group = group, .device_ids = device_ids,
-			.n_device_ids = n_device_ids, .work = work };
-	const char *call = dri_entry_name(e);
+	dri_args a;
 	dri_op op;
 	dr_group *g;
 	dr_err err;
@@ -48,6 +46,8 @@ static dr_err barrier_submit(dri_entry e, dr_group *group, dr_work **work,
 	    (!group || group == dri_world()) &&
 	    dri_coll_quick(DRI_BARRIER, NULL, 0, (dr_dtype)-1, DR_SUM, &err))
 		return err;
+	a = (dri_args){ .group = group, .device_ids = device_ids,
+			.n_device_ids = n_device_ids, .work = work };
 	err = dri_args_check(e, &a, &g);
 	if (err)
 		return err;
@@ -57,8 +57,8 @@ static dr_err barrier_submit(dri_entry e, dr_group *group, dr_work **work,
 	if (n_device_ids) {
 		/* Fail here, on this rank alone, not in the background
 		 * where the peers would wait for us until the timeout. */
-		err = dri_cuda_barrier_op(&op, call, device_ids, n_device_ids,
-					  whole_device);
+		err = dri_cuda_barrier_op(&op, dri_entry_name(e), device_ids,
+					  n_device_ids, whole_device);
 		if (err)
 			return err;
 	}

@@ -140,6 +140,7 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		  dr_op redop, dr_err *err)
 {
 	dr_group *g = dri_world();
+	uint64_t seq;
 	dri_op op;
 
 	/* (which calls, and how small: coll_select.c's table) */
@@ -151,9 +152,14 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 	 * takes a number. */
 	if ((*err = dri_transport_check()))
 		return 1;
-	memset(&op, 0, sizeof(op));
-	if (!dri_world_take_seq(quick_ok, g, &op.id.seq))
+	if (!dri_world_take_seq(quick_ok, g, &seq))
 		return 0;
+	if (dri_cs_lean_ok(g->size, coll == DRI_ALL_REDUCE)) {
+		*err = dri_cs_lean(g, seq, coll, buf, count, dtype, redop);
+		return 1;
+	}
+	memset(&op, 0, sizeof(op));
+	op.id.seq = seq;
 	op.id.coll = coll;
 	op.id.count = count;
 	op.id.dtype = coll == DRI_ALL_REDUCE ? (int32_t)dtype : -1;

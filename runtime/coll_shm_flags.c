@@ -101,14 +101,6 @@ dri_seg_rank *dri_cs_blk(int i)
 {
 	return dri_cs.blk[i];
 }
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
 
 /* The CPUs this thread may use, into dri_cs.allowed; 0 if unknown. */
 static int allowed_get(void)
@@ -187,13 +179,6 @@ static void want(const struct call *c, const uint64_t *w, uint64_t v)
 		dri_shm_want(w, v);
 }
 
-/* Whether two published calls are the same call. */
-static int same_call(const dri_msg_id *a, const dri_msg_id *b)
-{
-	return a->coll == b->coll && a->count == b->count &&
-	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
-}
-
 /* Rank peer's record of call rec (a call with coll 0 when it has
  * another there: another seq, or with strict, another first phase). */
 static void rec_call(const struct call *c, const struct rec *rec, int peer,
@@ -223,7 +208,7 @@ static int call_differs(const struct call *c, int peer)
 	if (!c->first)
 		return 0;
 	rec_call(c, &c->rec, peer, 1, &theirs);
-	return theirs.coll && !same_call(&c->rec.id, &theirs);
+	return theirs.coll && !dri_cs_same_call(&c->rec.id, &theirs);
 }
 
 /* The tree's child of the first phase whose call differs from ours. */
@@ -234,7 +219,7 @@ static int child_differs(const struct call *c, int child)
 	if (!c->first)
 		return 0;
 	rec_call(c, &c->rec, child, 1, &theirs);
-	return !same_call(&c->rec.id, &theirs);
+	return !dri_cs_same_call(&c->rec.id, &theirs);
 }
 
 /* The first rank of child's subtree that has not arrived at c->e, as
@@ -279,7 +264,7 @@ static int rec_here(const struct call *c, int peer)
 			return -1;
 	}
 	dri_cs.seen[peer].n1 = c->rec.n + 1;
-	return same_call(&c->rec.id, id) ? 1 : -1;
+	return dri_cs_same_call(&c->rec.id, id) ? 1 : -1;
 }
 
 /* waiting_for's look at peer's record (c->inl, first phase): 1 if it
@@ -393,15 +378,14 @@ static int waiting_for(void *arg)
 	return -1;
 }
 
-/* Publishes the CPU this rank runs on, if it changed (seg.h: cpu). */
-static void note_cpu(const struct call *c)
+void dri_cs_note_cpu(int r)
 {
 	int k = sched_getcpu();
 
 	k = k < 0 ? 0 : k + 1;
 	if (k != dri_cs.cpu) {
 		dri_cs.cpu = k;
-		__atomic_store_n(&dri_cs_blk(c->r)->cpu, k, __ATOMIC_RELAXED);
+		__atomic_store_n(&dri_cs_blk(r)->cpu, k, __ATOMIC_RELAXED);
 	}
 }
 
@@ -439,7 +423,7 @@ static void rebalance(const struct call *c)
 		return;
 	/* Where we are now: the kernel may have moved us since the call
 	 * began (and another rank that looks may take us for still here). */
-	note_cpu(c);
+	dri_cs_note_cpu(c->r);
 	if (dri_cs.cpu <= 0)
 		return;
 	for (int i = 0; i < c->p; i++) {
@@ -520,7 +504,7 @@ static void rebalance(const struct call *c)
 		(void)sched_setaffinity(0, sizeof(dri_cs.allowed), &dri_cs.allowed);
 		dri_cs.moved_ms = now;
 	}
-	note_cpu(c);
+	dri_cs_note_cpu(c->r);
 }
 
 /* With more ranks than CPUs (flat calls): whether a rank that has not
@@ -599,13 +583,13 @@ static int spin_wait(struct call *c)
 			if (k % YIELD_EVERY == YIELD_EVERY - 1 || sibling_due(c))
 				sched_yield();
 			else
-				cpu_relax();
+				dri_cpu_relax();
 		} else if (k % 16 == 15) {
 			if (k == 15)
 				rebalance(c);
 			sched_yield();
 		} else {
-			cpu_relax();
+			dri_cpu_relax();
 		}
 	}
 }
@@ -643,7 +627,7 @@ static dr_err check_all(const struct call *c, const struct rec *rec)
 	rec_call(c, rec, 0, 1, &zero);
 	for (int i = 1; i < c->p; i++) {
 		rec_call(c, rec, i, 1, &other);
-		if (!zero.coll || !same_call(&zero, &other))
+		if (!zero.coll || !dri_cs_same_call(&zero, &other))
 			return mismatch(c, rec, 0, i);
 	}
 	return DR_OK;
@@ -657,7 +641,7 @@ static int same_as_seen(const struct call *c)
 {
 	for (int i = 0; i < c->p; i++)
 		if (i != c->r && (dri_cs.seen[i].n1 != c->rec.n + 1 ||
-				  !same_call(&dri_cs.seen[i].id, &c->rec.id)))
+				  !dri_cs_same_call(&dri_cs.seen[i].id, &c->rec.id)))
 			return 0;
 	return 1;
 }
@@ -669,10 +653,7 @@ static void close_past(struct rec *o)
 	dri_cs.open &= ~(1u << (o->n % LAG));
 }
 
-/* Publishes call id of first phase e in rec: seq 0 while the fields
- * change (a reader takes it for none).  Release stores only: the store
- * to up that follows (seq_cst) orders them for the waiters. */
-static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
+void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
 		      unsigned char *data, const void *src, size_t n)
 {
 	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
@@ -692,7 +673,7 @@ static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
  * peers read once up shows the phase. */
 static void begin(struct call *c)
 {
-	note_cpu(c);
+	dri_cs_note_cpu(c->r);
 	c->e = ++dri_cs.phase;
 	c->rec.last = c->e;
 	if (c->first) {
@@ -701,17 +682,23 @@ static void begin(struct call *c)
 			&dri_cs_blk(c->r)->call[c->rec.n % DRI_SEG_CALLS];
 
 		c->rec.first = c->e;
-		write_rec(&rec->c, id, c->e, rec->data, c->inl_src, c->inl_len);
+		dri_cs_write_rec(&rec->c, id, c->e, rec->data, c->inl_src,
+				 c->inl_len);
 		/* and its copy on up's line (seg.h) */
-		write_rec(&dri_cs_blk(c->r)->last, id, c->e, NULL, NULL, 0);
+		dri_cs_write_rec(&dri_cs_blk(c->r)->last, id, c->e, NULL, NULL, 0);
 	}
 }
 
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */
 static void arrive(struct call *c)
 {
-	publish(&dri_cs_blk(c->r)->up, c->e);
-	for (int i = 0; i < c->p; i++)
+	dri_cs_arrive(c->r, c->p, c->e);
+}
+
+void dri_cs_arrive(int r, int p, uint64_t e)
+{
+	publish(&dri_cs_blk(r)->up, e);
+	for (int i = 0; i < p; i++)
 		dri_shm_ring_peer(i);
 }
 
@@ -782,11 +769,16 @@ static void used(const struct call *c, uint64_t need)
  * rank arrives at a later phase (it reads before that). */
 dr_err dri_cs_phase(struct call *c)
 {
-	dr_err err;
-
 	begin(c);
 	if (!c->tree)
 		arrive(c);
+	return dri_cs_phase_wait(c);
+}
+
+dr_err dri_cs_phase_wait(struct call *c)
+{
+	dr_err err;
+
 	c->from = -1;
 	if ((err = await(c)))
 		return err;

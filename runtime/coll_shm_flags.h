@@ -104,6 +104,13 @@ struct dri_cs_state {
 extern struct dri_cs_state dri_cs;
 
 
+/* Whether two published calls are the same call. */
+static inline int dri_cs_same_call(const dri_msg_id *a, const dri_msg_id *b)
+{
+	return a->coll == b->coll && a->count == b->count &&
+	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+}
+
 /* The call being run. */
 struct call {
 	const dri_op *op;
@@ -138,6 +145,18 @@ dri_seg_rank *dri_cs_blk(int i);
 /* One phase: arrive (this rank's writes for it are done), wait until
  * every rank has; at the call's first, the mismatch check. */
 dr_err dri_cs_phase(struct call *c);
+/* The phase's steps, for the quick path (coll_shm_quick.c), which does
+ * the first ones itself and hands the rest on when a wait is not over at
+ * once: publishes the CPU rank r runs on if it changed (seg.h: cpu); a
+ * call's record (id, first phase e, n bytes of data from src, a seqlock
+ * write); arrival at e (flat, p ranks) with the peers' wake-ups; and
+ * the wait for every rank and the checks of a phase whose begin and
+ * arrival are done (c->e set). */
+void dri_cs_note_cpu(int r);
+void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
+		      unsigned char *data, const void *src, size_t n);
+void dri_cs_arrive(int r, int p, uint64_t e);
+dr_err dri_cs_phase_wait(struct call *c);
 /* Rooted calls (flat): a writer arrives and goes on (post); a reader
  * waits for rank from (-1: every other) to arrive (take), reads, then
  * arrives (done). */
@@ -162,6 +181,17 @@ dr_err dri_cs_next_sub(struct call *c, int writes);
 char *dri_cs_slot(int r, int h);
 char *dri_cs_cur_slot(const struct call *c, int r);
 char *dri_cs_inl_data(const struct call *c, int r);
+
+/* ----------------------------------------- the lean way (coll_shm_quick.c) */
+
+/* Whether a blocking barrier (tiny 0) or all_reduce of at most 8 bytes
+ * (tiny 1) of p ranks, whose number dri_shm_quick took, may go the lean
+ * way now. */
+int dri_cs_lean_ok(int p, int tiny);
+/* Runs it (seq its number; the arguments checked) as run_call would,
+ * its control block, deadline and abort rule as dri_run_op's. */
+dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
+		   size_t count, dr_dtype dtype, dr_op redop);
 
 /* --------------------------------------- single copy (coll_shm_direct.c) */
 

@@ -107,6 +107,25 @@ void dri_ctl_detach(void)
 	own_block = NULL;
 }
 
+/* A call starts: into c (a slot's, open if s is set). */
+static inline void call_fill(dri_ctl_call *c, const dri_msg_id *id, int peer,
+			     int peer_send)
+{
+	c->group_id = id->group_id;
+	c->coll = id->coll;
+	c->seq = id->seq;
+	c->count = id->count;
+	c->bytes = id->dtype >= 0 ? id->count * dr_dtype_size(id->dtype) : 0;
+	c->dtype = id->dtype;
+	c->op = id->op;
+	c->root = id->root;
+	c->peer = peer;
+	c->peer_send = peer_send;
+	c->status = 0;
+	c->t_start = now_ns();
+	c->t_end = 0;
+}
+
 void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 {
 	dri_ctl_slot *s;
@@ -126,23 +145,33 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 	this_call.cur = c;
 	if (s)
 		slot_open(s);
-	c->group_id = id->group_id;
-	c->coll = id->coll;
-	c->seq = id->seq;
-	c->count = id->count;
-	c->bytes = id->dtype >= 0 ? id->count * dr_dtype_size(id->dtype) : 0;
-	c->dtype = id->dtype;
-	c->op = id->op;
-	c->root = id->root;
-	c->peer = peer;
-	c->peer_send = peer_send;
-	c->status = 0;
-	c->t_start = now_ns();
-	c->t_end = 0;
+	call_fill(c, id, peer, peer_send);
 	if (s) {
 		s->state = DRI_CTL_IN_CALL;
 		slot_close(s);
 	}
+}
+
+void dri_ctl_world_begin(const dri_msg_id *id)
+{
+	dri_ctl_slot *s;
+
+	if (!own_block)
+		return;
+	s = &own_block->slot[DRI_CTL_WORLD];
+	slot_open(s);
+	call_fill(&s->call, id, -1, 0);
+	s->state = DRI_CTL_IN_CALL;
+	slot_close(s);
+}
+
+void dri_ctl_world_adopt(void)
+{
+	if (!own_block)
+		return;
+	this_call.active = 1;
+	this_call.slot = &own_block->slot[DRI_CTL_WORLD];
+	this_call.cur = &this_call.slot->call;
 }
 
 void dri_ctl_wait(int peer, int is_send)
@@ -164,19 +193,15 @@ void dri_ctl_wait(int peer, int is_send)
 	slot_close(s);
 }
 
-void dri_ctl_end(dr_err err)
+/* Call c ended with err at t: its slot s (if any) goes idle, and it
+ * goes into the ring. */
+static inline void call_finish(dri_ctl_slot *s, dri_ctl_call *c, dr_err err,
+			       int64_t t)
 {
-	dri_ctl_slot *s = this_call.slot;
-	dri_ctl_call *c = this_call.cur;
 	dri_ctl_rec *r;
 	uint64_t idx;
-	int64_t t;
+	int world = c->group_id == 0 && c->coll != DRI_P2P;
 
-	if (!own_block || !this_call.active)
-		return;
-	this_call.active = 0;
-	this_call.slot = NULL;
-	t = now_ns();
 	if (s)
 		slot_open(s);
 	c->t_end = t;
@@ -187,7 +212,7 @@ void dri_ctl_end(dr_err err)
 		s->ns_in_calls += t - c->t_start;
 		slot_close(s);
 	}
-	if (c->group_id == 0 && c->coll != DRI_P2P) {
+	if (world) {
 		/* The world's ring has one writer: no atomic add, the head
 		 * moves once the record is whole. */
 		idx = own_block->ring_head[DRI_CTL_WORLD];
@@ -201,10 +226,28 @@ void dri_ctl_end(dr_err err)
 	DRI_CTL_FENCE(__ATOMIC_RELEASE);
 	r->call = *c;
 	__atomic_store_n(&r->ver, 2 * idx + 2, __ATOMIC_RELEASE);
-	if (c->group_id == 0 && c->coll != DRI_P2P)
+	if (world)
 		__atomic_store_n(&own_block->ring_head[DRI_CTL_WORLD], idx + 1,
 				 __ATOMIC_RELEASE);
 	__atomic_store_n(&own_block->t_user, c->t_end, __ATOMIC_RELAXED);
+}
+
+void dri_ctl_end(dr_err err)
+{
+	dri_ctl_slot *s = this_call.slot;
+
+	if (!own_block || !this_call.active)
+		return;
+	this_call.active = 0;
+	this_call.slot = NULL;
+	call_finish(s, this_call.cur, err, now_ns());
+}
+
+void dri_ctl_world_end(void)
+{
+	if (own_block)
+		call_finish(&own_block->slot[DRI_CTL_WORLD],
+			    &own_block->slot[DRI_CTL_WORLD].call, DR_OK, now_ns());
 }
 
 /* ------------------------------------------------ who is behind */

@@ -202,6 +202,14 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send);
 /* The call this thread began ended with err: the slot goes idle and the
  * call is recorded in the ring. */
 void dri_ctl_end(dr_err err);
+/* The same for a blocking call of the world group (group 0, no peer)
+ * on the quick path (coll_shm_quick.c), which may not wait at all: its
+ * begin fills the world's slot alone; dri_ctl_world_adopt makes it the
+ * thread's call before a wait (for dri_ctl_wait, then dri_ctl_end);
+ * dri_ctl_world_end ends one that did not wait, with DR_OK. */
+void dri_ctl_world_begin(const dri_msg_id *id);
+void dri_ctl_world_adopt(void);
+void dri_ctl_world_end(void);
 /* The transport waits to send to (or receive from) peer now, inside the
  * call this thread is in (a request completed since the last time). */
 void dri_ctl_wait(int peer, int is_send);

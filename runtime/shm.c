@@ -876,26 +876,6 @@ int dri_shm_pending(void)
 	       __atomic_load_n(&host_shm.h->abort, __ATOMIC_ACQUIRE);
 }
 
-/* The call of record c into *id if it is seq's (and of first phase
- * phase, unless 0): a seqlock read, 0 if it is another or changed. */
-static int read_rec(const dri_seg_call *c, uint64_t seq, uint64_t phase,
-		    dri_msg_id *id)
-{
-	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
-	    (phase && __atomic_load_n(&c->phase, __ATOMIC_ACQUIRE) != phase))
-		return 0;
-	memset(id, 0, sizeof(*id));
-	id->coll = (uint32_t)__atomic_load_n(&c->coll, __ATOMIC_RELAXED);
-	id->seq = seq;
-	id->count = __atomic_load_n(&c->count, __ATOMIC_RELAXED);
-	id->dtype = __atomic_load_n(&c->dtype, __ATOMIC_RELAXED);
-	id->op = __atomic_load_n(&c->op, __ATOMIC_RELAXED);
-	id->root = __atomic_load_n(&c->root, __ATOMIC_RELAXED);
-	/* Still that call: the peer did not move on while we read. */
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 1;
-}
-
 int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 		      dri_msg_id *id)
 {
@@ -905,8 +885,8 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 		return 0;
 	b = blk(host_shm.local[peer]);
 	/* The copy on up's line first: most often the one asked for. */
-	return read_rec(&b->last, seq, phase, id) ||
-	       read_rec(&b->call[k].c, seq, phase, id);
+	return dri_shm_read_at(&b->last, seq, phase, id) ||
+	       dri_shm_read_at(&b->call[k].c, seq, phase, id);
 }
 
 int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
@@ -914,7 +894,7 @@ int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
 {
 	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
 		return 0;
-	return read_rec(&blk(host_shm.local[peer])->call[k].c, seq, phase, id);
+	return dri_shm_read_at(&blk(host_shm.local[peer])->call[k].c, seq, phase, id);
 }
 
 int dri_shm_peer_call(int peer, uint64_t seq, dri_msg_id *id)

@@ -123,6 +123,37 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
  * data of a small rooted call is (seg.h: dri_seg_rec). */
 int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
 		     dri_msg_id *id);
+/* The call in record c into *id if it is seq's (and of first phase
+ * phase, unless 0): a seqlock read, 0 if it is another or changed.
+ * Inline: the quick path (coll_shm_quick.c) reads it at every call. */
+static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
+				  uint64_t phase, dri_msg_id *id)
+{
+	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
+	    (phase && __atomic_load_n(&c->phase, __ATOMIC_ACQUIRE) != phase))
+		return 0;
+	*id = (dri_msg_id){
+		.coll = (uint32_t)__atomic_load_n(&c->coll, __ATOMIC_RELAXED),
+		.seq = seq,
+		.count = __atomic_load_n(&c->count, __ATOMIC_RELAXED),
+		.dtype = __atomic_load_n(&c->dtype, __ATOMIC_RELAXED),
+		.op = __atomic_load_n(&c->op, __ATOMIC_RELAXED),
+		.root = __atomic_load_n(&c->root, __ATOMIC_RELAXED),
+	};
+	/* Still that call: the peer did not move on while we read. */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 1;
+}
 
+/* The pause of a spin on a flag: the sibling thread of the core runs,
+ * and the spin's exit is not a mispredicted branch. */
+static inline void dri_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
 
 #endif /* DRI_SHM_H */

@@ -636,15 +636,6 @@ static void cond_wait_ms(int64_t ms)
 	dri_cond_wait_ms(&loop.cv, &loop.mu, ms);
 }
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /* Reads and writes the rings that changed; returns whether any had. */
 static int drain_rings_locked(void)
 {
@@ -752,7 +743,7 @@ static int shm_step_locked(int64_t wait_ms, int spin)
 	if (dri_shm_oversubscribed() || ++spins % 16 == 0)
 		sched_yield();
 	else
-		cpu_relax();
+		dri_cpu_relax();
 	pthread_mutex_lock(&loop.mu);
 	return 0;
 }

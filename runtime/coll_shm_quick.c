@@ -1,0 +1,149 @@
+/*
+ * coll_shm_quick.c - the lean way of the world's smallest blocking calls
+ * through the segment's flags: a barrier and an all_reduce of at most 8
+ * bytes, flat (up to DRI_SHM_FLAT_MAX ranks), with no rooted call left
+ * to check.  coll_shm.c's dri_shm_quick sends them here once it has
+ * their sequence number.
+ *
+ * A barrier of 2 ranks is a line's transfer plus what a rank does
+ * between seeing the other's arrival and storing its own next one
+ * (docs/benchmarks.md, issue 35).  The general way (dri_run_op, run_call,
+ * dri_cs_phase) spent about 1,200 instructions there, building an op and
+ * a call, reading the clock for a deadline no quick call reaches, and
+ * looking at the rings and the abort at every look at a flag.  This one
+ * does the same steps of the protocol (coll_shm_flags.c) and nothing
+ * else: the control block's begin, the CPU, the call's record and its
+ * copy on up's line, the tiny data, the arrival; then a short spin on
+ * each peer's up and the check of its record, read in the same
+ * transfer; the sum in rank order; the control block's end.
+ *
+ * Anything else - a peer not there after a few looks, a record that is
+ * not ours (a mismatch, or a peer already gone on) - hands the call on,
+ * in the state the general way would have reached, to
+ * dri_cs_phase_wait: the same waits (spin, rebalance, the transport's
+ * sleep with its deadline, counted from then), the same checks and the
+ * same messages.  So the lean way changes no behaviour, only the cost
+ * of the common case.
+ */
+#include <string.h>
+
+#include "coll.h"
+#include "coll_shm_flags.h"
+#include "ctl.h"
+#include "reduce.h"
+#include "shm.h"
+#include "timeout.h"
+
+/* Looks at a peer's up before handing the wait on: a few hundred ns,
+ * beyond which the general spin (and its yields) is the better place.
+ * With more ranks than CPUs a peer that is not there is most often off
+ * the CPU: one look. */
+#define LOOKS 32
+
+int dri_cs_lean_ok(int p, int tiny)
+{
+	/* Flat; no rooted call to settle (dri_cs_settle); for the tiny
+	 * data, every rank past the phase before (dri_cs_await_all). */
+	return p <= DRI_SHM_FLAT_MAX && !dri_cs.open &&
+	       (!tiny || dri_cs.safe >= dri_cs.phase);
+}
+
+/* Whether rank i has arrived at e with our call in its record (on up's
+ * line, or the record of the call's number if it went on since): 1;
+ * 0 if not after `looks` looks, or its record is not ours. */
+static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks)
+{
+	const dri_seg_rank *b = dri_cs.blk[i];
+	dri_msg_id theirs;
+
+	for (int n = 0; __atomic_load_n(&b->up, __ATOMIC_ACQUIRE) < e; n++) {
+		if (n >= looks)
+			return 0;
+		dri_cpu_relax();
+	}
+	/* (dri_shm_read_call, inline) */
+	return (dri_shm_read_at(&b->last, id->seq, e, &theirs) ||
+		dri_shm_read_at(&b->call[k].c, id->seq, e, &theirs)) &&
+	       dri_cs_same_call(&theirs, id);
+}
+
+/* All_reduce of the tiny data, every rank's in rank order (ours from
+ * buf), as reduce_ordered sums it: the same result on every rank. */
+static dr_err tiny_sum(dri_msg_id *id, void *buf, size_t bytes, int p, int r,
+		       uint64_t e)
+{
+	dr_dtype dt = (dr_dtype)id->dtype;
+	dr_op op = (dr_op)id->op;
+	uint64_t acc;
+	dr_err err = DR_OK;
+
+	memcpy(&acc, r ? (const void *)&dri_cs.blk[0]->tiny[e & 1] : buf, bytes);
+	for (int i = 1; i < p && !err; i++)
+		err = dri_reduce(&acc, i == r ? buf : (const void *)&dri_cs.blk[i]->tiny[e & 1],
+				 id->count, dt, op);
+	dri_reduce_finish(&acc, id->count, dt, op, p);
+	memcpy(buf, &acc, bytes);
+	return err;
+}
+
+dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
+		   size_t count, dr_dtype dtype, dr_op redop)
+{
+	const int p = g->size, r = g->rank;
+	dri_seg_rank *me = dri_cs.blk[r];
+	size_t bytes = coll == DRI_ALL_REDUCE ? count * dr_dtype_size(dtype) : 0;
+	dri_msg_id id = { .coll = coll, .seq = seq, .count = count,
+			  .dtype = coll == DRI_ALL_REDUCE ? (int32_t)dtype : -1,
+			  .op = coll == DRI_ALL_REDUCE ? (int32_t)redop : -1,
+			  .root = -1 };
+	uint64_t n = dri_cs.ncall++, e;
+	int k = (int)(n % DRI_SEG_CALLS), looks = dri_cs.oversub ? 0 : LOOKS;
+	int i = 0;
+	dr_err err;
+
+	dri_ctl_world_begin(&id);
+	/* begin and arrive (coll_shm_flags.c), all_reduce_tiny's data */
+	dri_cs_note_cpu(r);
+	e = ++dri_cs.phase;
+	if (bytes)
+		memcpy(&me->tiny[e & 1], buf, bytes);
+	dri_cs_write_rec(&me->call[k].c, &id, e, NULL, NULL, 0);
+	dri_cs_write_rec(&me->last, &id, e, NULL, NULL, 0);
+	dri_cs_arrive(r, p, e);
+	for (; i < p; i++)
+		if (i != r && !arrived(i, e, &id, k, looks))
+			break;
+	if (i == p) {
+		if (e > dri_cs.safe)
+			dri_cs.safe = e;
+		/* (a tiny sum fails only for what dri_args_check rejects) */
+		if (!bytes || !(err = tiny_sum(&id, buf, bytes, p, r, e))) {
+			dri_ctl_world_end();
+			return DR_OK;
+		}
+		dri_ctl_world_adopt();
+	} else {
+		/* The general way from here (run_call's struct call after
+		 * dri_cs_phase's begin and arrive), its deadline from now. */
+		dri_op op = { .id = id, .group = g, .buf = buf, .count = count,
+			      .dtype = dtype, .redop = redop, .root = -1,
+			      .device = -1 };
+		struct call c = { .op = &op, .p = p, .r = r, .first = 1,
+				  .from = -1, .half = -1, .sub = -1, .e = e };
+
+		op.id.timeout_ms = dri_timeout_ms();
+		op.id.deadline = dri_deadline(op.id.timeout_ms);
+		c.t0 = op.id.deadline - op.id.timeout_ms;
+		c.rec.n = n;
+		c.rec.first = c.rec.last = e;
+		c.rec.id = op.id;
+		dri_ctl_world_adopt();
+		err = dri_cs_phase_wait(&c);
+		if (!err && bytes)
+			err = tiny_sum(&id, buf, bytes, p, r, e);
+	}
+	dri_ctl_end(err);
+	if (err)
+		dri_abandon(err);
+	return err;
+}
