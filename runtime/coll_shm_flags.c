@@ -698,6 +698,11 @@ static void arrive(struct call *c)
 void dri_cs_arrive(int r, int p, uint64_t e)
 {
 	publish(&dri_cs_blk(r)->up, e);
+	dri_cs_wake(p);
+}
+
+void dri_cs_wake(int p)
+{
 	for (int i = 0; i < p; i++)
 		dri_shm_ring_peer(i);
 }

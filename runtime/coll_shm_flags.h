@@ -156,6 +156,10 @@ void dri_cs_note_cpu(int r);
 void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
 		      unsigned char *data, const void *src, size_t n);
 void dri_cs_arrive(int r, int p, uint64_t e);
+/* The wake-ups alone, after a store to up that a sequentially
+ * consistent fence has ordered before them (dri_shm_ring_peer's
+ * waiting flag against the sleeper's look at up). */
+void dri_cs_wake(int p);
 dr_err dri_cs_phase_wait(struct call *c);
 /* Rooted calls (flat): a writer arrives and goes on (post); a reader
  * waits for rank from (-1: every other) to arrive (take), reads, then

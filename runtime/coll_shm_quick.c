@@ -37,7 +37,7 @@
 /* Looks at a peer's up before handing the wait on: a few hundred ns,
  * beyond which the general spin (and its yields) is the better place.
  * With more ranks than CPUs a peer that is not there is most often off
- * the CPU: one look. */
+ * the CPU, and with DISTRUN_SPIN_US=0 nobody spins: one look. */
 #define LOOKS 32
 
 int dri_cs_lean_ok(int p, int tiny)
@@ -97,22 +97,31 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 			  .op = coll == DRI_ALL_REDUCE ? (int32_t)redop : -1,
 			  .root = -1 };
 	uint64_t n = dri_cs.ncall++, e;
-	int k = (int)(n % DRI_SEG_CALLS), looks = dri_cs.oversub ? 0 : LOOKS;
+	int k = (int)(n % DRI_SEG_CALLS);
+	int looks = dri_cs.oversub || !dri_cs.spin_us ? 0 : LOOKS;
 	int i = 0;
 	dr_err err;
 
 	dri_ctl_world_begin(&id);
-	/* begin and arrive (coll_shm_flags.c), all_reduce_tiny's data */
+	/* begin and arrive (coll_shm_flags.c), all_reduce_tiny's data: the
+	 * stores to up's line last and together, so that the line, which
+	 * the others read as they wait, is taken from them once. */
 	dri_cs_note_cpu(r);
 	e = ++dri_cs.phase;
+	dri_cs_write_rec(&me->call[k].c, &id, e, NULL, NULL, 0);
 	if (bytes)
 		memcpy(&me->tiny[e & 1], buf, bytes);
-	dri_cs_write_rec(&me->call[k].c, &id, e, NULL, NULL, 0);
 	dri_cs_write_rec(&me->last, &id, e, NULL, NULL, 0);
-	dri_cs_arrive(r, p, e);
+	/* Arrive with a plain store, and look at the others before the
+	 * fence that orders it before the wake-ups: their lines come in
+	 * while ours goes out (one transfer's time, not two in turn; the
+	 * floor's way).  Sleepers are looked for either way. */
+	__atomic_store_n(&me->up, e, __ATOMIC_RELEASE);
 	for (; i < p; i++)
 		if (i != r && !arrived(i, e, &id, k, looks))
 			break;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	dri_cs_wake(p);
 	if (i == p) {
 		if (e > dri_cs.safe)
 			dri_cs.safe = e;

@@ -356,6 +356,21 @@ rooted() {
 	rooted 20 20
 }
 
+@test "small blocking calls take the quick way and hand late ranks to the general wait: 3000 calls checked, 2 to 5 ranks" {
+	for n in 2 3 5; do
+		run timeout 120 "$DISTRUN" -n $n "$CTESTS/coll_check" quick
+		echo "$output"
+		[ "$status" -eq 0 ]
+		[ "$(grep -c '^\[[0-9]*\] rank [0-9]*: ok$' <<<"$output")" -eq $n ]
+	done
+	# the same with every rank sleeping at once (no spin): the hand-over
+	# alone, every wait in the transport
+	DISTRUN_SPIN_US=0 run timeout 120 "$DISTRUN" -n 3 "$CTESTS/coll_check" quick
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^\[[0-9]*\] rank [0-9]*: ok$' <<<"$output")" -eq 3 ]
+}
+
 @test "the writers of a rooted call may leave at once: the readers still get the data" {
 	for k in bcast reduce; do
 		check 3 leave $k

@@ -19,6 +19,8 @@
  *                   stranger would (junk, then a wrong job id) and checks
  *                   that rank 1 drops both; then the job goes on
  *   init            only dr_init_process_group; prints the error, if any
+ *   quick           3000 small blocking calls, checked, with a rank late
+ *                   now and then and rooted calls between (mode_quick)
  *
  * Prints "rank R: ok" when all went well; on a wrong value prints the first
  * bad element and exits 1.
@@ -551,6 +553,63 @@ static void mode_stranger(void)
 	mode_all();
 }
 
+/* The quick way of small blocking calls (coll_shm_quick.c) and its
+ * hand-over to the general wait: 3000 calls, barriers and all_reduces of
+ * one and two int64 (SUM, MAX) and of 2 floats (AVG), checked; every
+ * 250th call one rank in turn comes 3-30 ms late (the others' short look
+ * runs out and they sleep in the transport); every 40th a broadcast
+ * (a rooted call, checked later: the quick way waits until it is). */
+static void mode_quick(void)
+{
+	struct timespec late = { 0, 0 };
+
+	for (int i = 0; i < 3000; i++) {
+		int64_t v[2] = { rank + i, 2 * rank - i }, want0 = 0, want1 = 0;
+		float f[2] = { (float)rank, (float)(i % 7) };
+
+		if (i % 250 == 0 && (i / 250) % size == rank) {
+			late.tv_nsec = (3 + (i / 250) % 10 * 3) * 1000000L;
+			nanosleep(&late, NULL);
+		}
+		for (int r = 0; r < size; r++) {
+			want0 += r + i;
+			want1 = r ? (2 * r - i > want1 ? 2 * r - i : want1) : -i;
+		}
+		switch (i % 5) {
+		case 0:
+		case 3:
+			TRY(dr_barrier(NULL, NULL, NULL, 0));
+			break;
+		case 1:
+			TRY(dr_all_reduce(v, 1, DR_INT64, DR_SUM, NULL, NULL));
+			if (v[0] != want0)
+				DIE("quick: call %d: sum %lld, want %lld", i,
+				    (long long)v[0], (long long)want0);
+			break;
+		case 2:
+			TRY(dr_all_reduce(v + 1, 1, DR_INT64, DR_MAX, NULL, NULL));
+			if (v[1] != want1)
+				DIE("quick: call %d: max %lld, want %lld", i,
+				    (long long)v[1], (long long)want1);
+			break;
+		case 4:
+			TRY(dr_all_reduce(f, 2, DR_FLOAT32, DR_AVG, NULL, NULL));
+			if (f[0] != (float)(size - 1) / 2 || f[1] != (float)(i % 7))
+				DIE("quick: call %d: avg %g %g, want %g %g", i,
+				    f[0], f[1], (float)(size - 1) / 2,
+				    (float)(i % 7));
+			break;
+		}
+		if (i % 40 == 39) {
+			int64_t b = rank == i % size ? 1000 + i : -1;
+
+			TRY(dr_broadcast(&b, 1, DR_INT64, i % size, NULL, NULL));
+			if (b != 1000 + i)
+				DIE("quick: call %d: broadcast %lld", i, (long long)b);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "all";
@@ -580,6 +639,8 @@ int main(int argc, char **argv)
 		mode_die();
 	else if (!strcmp(mode, "stranger"))
 		mode_stranger();
+	else if (!strcmp(mode, "quick"))
+		mode_quick();
 	else
 		DIE("unknown mode %s", mode);
 	TRY(dr_destroy_process_group());
