@@ -1,7 +1,8 @@
 /*
  * bench_util.h - what the benchmark programs of scripts/ share: the
- * clock they time with and the order they sort their times in (for
- * medians).  Header only: floor_barrier.c links nothing else.
+ * clock they time with, the pause of their spins and the order they
+ * sort their times in (for medians).  Header only: floor_barrier.c and
+ * arrive_cost.c link nothing else.
  */
 #ifndef DRI_BENCH_UTIL_H
 #define DRI_BENCH_UTIL_H
@@ -15,6 +16,16 @@ static inline double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The pause of a spin on a flag (as runtime/shm.h's dri_cpu_relax). */
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
 }
 
 /* qsort's comparison of doubles, ascending. */

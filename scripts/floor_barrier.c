@@ -81,15 +81,6 @@ struct shared {
 static struct shared *s;
 static int p, r, crowded, mycpu;
 
-static void relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /* Waits until line l's up reaches e (crowded: yields as the file's
  * comment says). */
 static void await_up(const struct line *l, uint64_t e)
