@@ -67,6 +67,19 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks)
 	       dri_cs_same_call(&theirs, id);
 }
 
+/* n (1 to 8) bytes: the sizes a dtype has copied as one load and one
+ * store, not through memcpy's call. */
+static void copy8(void *dst, const void *src, size_t n)
+{
+	switch (n) {
+	case 1: memcpy(dst, src, 1); break;
+	case 2: memcpy(dst, src, 2); break;
+	case 4: memcpy(dst, src, 4); break;
+	case 8: memcpy(dst, src, 8); break;
+	default: memcpy(dst, src, n); break;
+	}
+}
+
 /* All_reduce of the tiny data, every rank's in rank order (ours from
  * buf), as reduce_ordered sums it: the same result on every rank. */
 static dr_err tiny_sum(dri_msg_id *id, void *buf, size_t bytes, int p, int r,
@@ -77,12 +90,12 @@ static dr_err tiny_sum(dri_msg_id *id, void *buf, size_t bytes, int p, int r,
 	uint64_t acc;
 	dr_err err = DR_OK;
 
-	memcpy(&acc, r ? (const void *)&dri_cs.blk[0]->tiny[e & 1] : buf, bytes);
+	copy8(&acc, r ? (const void *)&dri_cs.blk[0]->tiny[e & 1] : buf, bytes);
 	for (int i = 1; i < p && !err; i++)
 		err = dri_reduce(&acc, i == r ? buf : (const void *)&dri_cs.blk[i]->tiny[e & 1],
 				 id->count, dt, op);
 	dri_reduce_finish(&acc, id->count, dt, op, p);
-	memcpy(buf, &acc, bytes);
+	copy8(buf, &acc, bytes);
 	return err;
 }
 
@@ -110,7 +123,7 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	e = ++dri_cs.phase;
 	dri_cs_write_rec(&me->call[k].c, &id, e, NULL, NULL, 0);
 	if (bytes)
-		memcpy(&me->tiny[e & 1], buf, bytes);
+		copy8(&me->tiny[e & 1], buf, bytes);
 	dri_cs_write_rec(&me->last, &id, e, NULL, NULL, 0);
 	/* Arrive with a plain store, and look at the others before the
 	 * fence that orders it before the wake-ups: their lines come in
