@@ -91,9 +91,12 @@ static dr_err tiny_sum(dri_msg_id *id, void *buf, size_t bytes, int p, int r,
 	dr_err err = DR_OK;
 
 	copy8(&acc, r ? (const void *)&dri_cs.blk[0]->tiny[e & 1] : buf, bytes);
-	for (int i = 1; i < p && !err; i++)
-		err = dri_reduce(&acc, i == r ? buf : (const void *)&dri_cs.blk[i]->tiny[e & 1],
-				 id->count, dt, op);
+	for (int i = 1; i < p && !err; i++) {
+		const void *in = i == r ? buf
+					: (const void *)&dri_cs.blk[i]->tiny[e & 1];
+
+		err = dri_reduce(&acc, in, id->count, dt, op);
+	}
 	dri_reduce_finish(&acc, id->count, dt, op, p);
 	copy8(buf, &acc, bytes);
 	return err;
