@@ -561,7 +561,17 @@ static int spin_wait(struct call *c)
 	int64_t end = 0;
 
 	for (unsigned k = 0;; k++) {
-		if (waiting_for(c) < 0)
+		int w = waiting_for(c);
+
+		if (c->wake) {
+			/* dri_cs_phase's arrival: the others' lines came in
+			 * while ours went out; now its order before the
+			 * look at the sleepers (dri_cs_wake). */
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			dri_cs_wake(c->p);
+			c->wake = 0;
+		}
+		if (w < 0)
 			return 1;
 		if (dri_shm_pending() || !dri_cs.spin_us)
 			return 0;
@@ -692,13 +702,8 @@ static void begin(struct call *c)
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */
 static void arrive(struct call *c)
 {
-	dri_cs_arrive(c->r, c->p, c->e);
-}
-
-void dri_cs_arrive(int r, int p, uint64_t e)
-{
-	publish(&dri_cs_blk(r)->up, e);
-	dri_cs_wake(p);
+	publish(&dri_cs_blk(c->r)->up, c->e);
+	dri_cs_wake(c->p);
 }
 
 void dri_cs_wake(int p)
@@ -775,8 +780,13 @@ static void used(const struct call *c, uint64_t need)
 dr_err dri_cs_phase(struct call *c)
 {
 	begin(c);
-	if (!c->tree)
-		arrive(c);
+	/* Flat: arrive by a plain store, the fence and the wake-ups after
+	 * the first look at the others (spin_wait), as the quick way does
+	 * (coll_shm_quick.c: a transfer less than an xchg's). */
+	if (!c->tree) {
+		__atomic_store_n(&dri_cs_blk(c->r)->up, c->e, __ATOMIC_RELEASE);
+		c->wake = 1;
+	}
 	return dri_cs_phase_wait(c);
 }
 

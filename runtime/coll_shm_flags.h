@@ -123,6 +123,8 @@ struct call {
 	int cursor, stage;     /* how far waiting_for got */
 	int armed;             /* waiting in the transport: tell dri_shm_wait
 				* which flag (spinning: no need) */
+	int wake;              /* arrived by a plain store: the fence and the
+				* wake-ups are due after the first look */
 	int bad;               /* a rank whose call differs, or -1 */
 	int taking;            /* flat, rooted: waiting for every writer
 				* without having arrived (take(c, -1)) */
@@ -149,16 +151,15 @@ dr_err dri_cs_phase(struct call *c);
  * the first ones itself and hands the rest on when a wait is not over at
  * once: publishes the CPU rank r runs on if it changed (seg.h: cpu); a
  * call's record (id, first phase e, n bytes of data from src, a seqlock
- * write); arrival at e (flat, p ranks) with the peers' wake-ups; and
- * the wait for every rank and the checks of a phase whose begin and
- * arrival are done (c->e set). */
+ * write); the peers' wake-ups after an arrival; and the wait for every
+ * rank and the checks of a phase whose begin and arrival are done (c->e
+ * set). */
 void dri_cs_note_cpu(int r);
 void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
 		      unsigned char *data, const void *src, size_t n);
-void dri_cs_arrive(int r, int p, uint64_t e);
-/* The wake-ups alone, after a store to up that a sequentially
- * consistent fence has ordered before them (dri_shm_ring_peer's
- * waiting flag against the sleeper's look at up). */
+/* The wake-ups, after a store to up that a sequentially consistent
+ * fence has ordered before them (dri_shm_ring_peer's waiting flag
+ * against the sleeper's look at up). */
 void dri_cs_wake(int p);
 dr_err dri_cs_phase_wait(struct call *c);
 /* Rooted calls (flat): a writer arrives and goes on (post); a reader
