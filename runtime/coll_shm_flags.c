@@ -663,7 +663,10 @@ static void close_past(struct rec *o)
 	dri_cs.open &= ~(1u << (o->n % LAG));
 }
 
-void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
+/* Publishes call id of first phase e in rec: seq 0 while the fields
+ * change (a reader takes it for none).  Release stores only: the store
+ * to up that follows (a release store too) orders them for the waiters. */
+static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
 		      unsigned char *data, const void *src, size_t n)
 {
 	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
@@ -687,16 +690,20 @@ static void begin(struct call *c)
 	c->e = ++dri_cs.phase;
 	c->rec.last = c->e;
 	if (c->first) {
-		const dri_msg_id *id = &c->op->id;
-		dri_seg_rec *rec =
-			&dri_cs_blk(c->r)->call[c->rec.n % DRI_SEG_CALLS];
-
 		c->rec.first = c->e;
-		dri_cs_write_rec(&rec->c, id, c->e, rec->data, c->inl_src,
-				 c->inl_len);
-		/* and its copy on up's line (seg.h) */
-		dri_cs_write_rec(&dri_cs_blk(c->r)->last, id, c->e, NULL, NULL, 0);
+		dri_cs_put_call(c->r, c->rec.n, &c->op->id, c->e, c->inl_src,
+				c->inl_len);
 	}
+}
+
+void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
+		     const void *src, size_t len)
+{
+	dri_seg_rec *rec = &dri_cs_blk(r)->call[n % DRI_SEG_CALLS];
+
+	write_rec(&rec->c, id, e, rec->data, src, len);
+	/* and its copy on up's line (seg.h) */
+	write_rec(&dri_cs_blk(r)->last, id, e, NULL, NULL, 0);
 }
 
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */

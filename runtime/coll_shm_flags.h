@@ -149,14 +149,15 @@ dri_seg_rank *dri_cs_blk(int i);
 dr_err dri_cs_phase(struct call *c);
 /* The phase's steps, for the quick path (coll_shm_quick.c), which does
  * the first ones itself and hands the rest on when a wait is not over at
- * once: publishes the CPU rank r runs on if it changed (seg.h: cpu); a
- * call's record (id, first phase e, n bytes of data from src, a seqlock
- * write); the peers' wake-ups after an arrival; and the wait for every
- * rank and the checks of a phase whose begin and arrival are done (c->e
- * set). */
+ * once: publishes the CPU rank r runs on if it changed (seg.h: cpu);
+ * rank r's record of its n-th call through the flags (id, first phase e,
+ * len bytes of data from src; seqlock writes) and the record's copy on
+ * up's line; the peers' wake-ups after an arrival; and the wait for
+ * every rank and the checks of a phase whose begin and arrival are done
+ * (c->e set). */
 void dri_cs_note_cpu(int r);
-void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
-		      unsigned char *data, const void *src, size_t n);
+void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
+		     const void *src, size_t len);
 /* The wake-ups, after a store to up that a sequentially consistent
  * fence has ordered before them (dri_shm_ring_peer's waiting flag
  * against the sleeper's look at up). */

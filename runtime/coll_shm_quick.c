@@ -61,9 +61,7 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks)
 			return 0;
 		dri_cpu_relax();
 	}
-	/* (dri_shm_read_call, inline) */
-	return (dri_shm_read_at(&b->last, id->seq, e, &theirs) ||
-		dri_shm_read_at(&b->call[k].c, id->seq, e, &theirs)) &&
+	return dri_shm_read_blk(b, k, id->seq, e, &theirs) &&
 	       dri_cs_same_call(&theirs, id);
 }
 
@@ -120,14 +118,14 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 
 	dri_ctl_world_begin(&id);
 	/* begin and arrive (coll_shm_flags.c), all_reduce_tiny's data: the
-	 * stores to up's line last and together, so that the line, which
-	 * the others read as they wait, is taken from them once. */
+	 * stores to up's line (the record's copy, the data, up) last and
+	 * together, so that the line, which the others read as they wait,
+	 * is taken from them once. */
 	dri_cs_note_cpu(r);
 	e = ++dri_cs.phase;
-	dri_cs_write_rec(&me->call[k].c, &id, e, NULL, NULL, 0);
+	dri_cs_put_call(r, n, &id, e, NULL, 0);
 	if (bytes)
 		copy8(&me->tiny[e & 1], buf, bytes);
-	dri_cs_write_rec(&me->last, &id, e, NULL, NULL, 0);
 	/* Arrive with a plain store, and look at the others before the
 	 * fence that orders it before the wake-ups: their lines come in
 	 * while ours goes out (one transfer's time, not two in turn; the

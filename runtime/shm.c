@@ -879,14 +879,9 @@ int dri_shm_pending(void)
 int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
 		      dri_msg_id *id)
 {
-	dri_seg_rank *b;
-
 	if (!dri_shm_is_peer(peer) || k < 0 || k >= DRI_SEG_CALLS)
 		return 0;
-	b = blk(host_shm.local[peer]);
-	/* The copy on up's line first: most often the one asked for. */
-	return dri_shm_read_at(&b->last, seq, phase, id) ||
-	       dri_shm_read_at(&b->call[k].c, seq, phase, id);
+	return dri_shm_read_blk(blk(host_shm.local[peer]), k, seq, phase, id);
 }
 
 int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,

@@ -145,6 +145,16 @@ static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
 	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 1;
 }
 
+/* dri_shm_read_call from rank block b (its record k: 0 ..
+ * DRI_SEG_CALLS - 1): the copy on up's line first, most often the one
+ * asked for, then the record of the call's number. */
+static inline int dri_shm_read_blk(const dri_seg_rank *b, int k, uint64_t seq,
+				   uint64_t phase, dri_msg_id *id)
+{
+	return dri_shm_read_at(&b->last, seq, phase, id) ||
+	       dri_shm_read_at(&b->call[k].c, seq, phase, id);
+}
+
 /* The pause of a spin on a flag: the sibling thread of the core runs,
  * and the spin's exit is not a mispredicted branch. */
 static inline void dri_cpu_relax(void)
