@@ -272,7 +272,7 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
  * (1 with *err set when taken, 0 to take the usual way). */
 dr_err dri_coll_run(dri_op *op);
 int dri_coll_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
-		   dr_op redop, dr_err *err);
+		   dr_op redop, int root, dr_err *err);
 
 /* ------------------------------------------------- the algorithms
  * Each runs op over messages, whatever its size; coll_select.c chooses. */

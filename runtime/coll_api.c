@@ -44,7 +44,7 @@ static dr_err barrier_submit(dri_entry e, dr_group *group, dr_work **work,
 	 * the segment's flags. */
 	if (e == DRI_E_BARRIER && !work && !n_device_ids &&
 	    (!group || group == dri_world()) &&
-	    dri_coll_quick(DRI_BARRIER, NULL, 0, (dr_dtype)-1, DR_SUM, &err))
+	    dri_coll_quick(DRI_BARRIER, NULL, 0, (dr_dtype)-1, DR_SUM, -1, &err))
 		return err;
 	a = (dri_args){ .group = group, .device_ids = device_ids,
 			.n_device_ids = n_device_ids, .work = work };
@@ -93,7 +93,7 @@ dr_err dr_all_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 	if (err)
 		return err;
 	if (!work && g == dri_world() &&
-	    dri_coll_quick(DRI_ALL_REDUCE, buf, count, dtype, redop, &err))
+	    dri_coll_quick(DRI_ALL_REDUCE, buf, count, dtype, redop, -1, &err))
 		return err;
 	memset(&op, 0, sizeof(op));
 	dri_coll_op(&op, dri_coll_run, DRI_ALL_REDUCE, g, NULL, buf, count,
@@ -114,6 +114,9 @@ dr_err dr_broadcast(void *buf, size_t count, dr_dtype dtype, int src,
 
 	if (err)
 		return err;
+	if (!work && g == dri_world() &&
+	    dri_coll_quick(DRI_BROADCAST, buf, count, dtype, DR_SUM, src, &err))
+		return err;
 	memset(&op, 0, sizeof(op));
 	dri_coll_op(&op, dri_coll_run, DRI_BROADCAST, g, NULL, buf, count,
 		    dtype, -1, src);
@@ -132,6 +135,9 @@ dr_err dr_reduce(void *buf, size_t count, dr_dtype dtype, dr_op redop,
 	dr_err err = dri_args_check(DRI_E_REDUCE, &a, &g);
 
 	if (err)
+		return err;
+	if (!work && g == dri_world() &&
+	    dri_coll_quick(DRI_REDUCE, buf, count, dtype, redop, dst, &err))
 		return err;
 	dri_coll_op(&op, dri_coll_run, DRI_REDUCE, g, NULL, buf, count, dtype,
 		    (int)redop, dst);

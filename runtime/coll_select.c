@@ -158,9 +158,11 @@ static const struct row rows[DRI_COLL_COUNT_] = {
 	[DRI_ALL_REDUCE] = { .quick = 1, .quick_max = sizeof(uint64_t),
 			     .shm_max = SHM, .hier = hier_all_reduce,
 			     .flat = all_reduce_flat },
-	[DRI_BROADCAST] = { .shm_max = SHM, .hier = hier_broadcast,
+	[DRI_BROADCAST] = { .quick = 1, .quick_max = DRI_SEG_INLINE,
+			    .shm_max = SHM, .hier = hier_broadcast,
 			    .flat = dri_broadcast_binomial },
-	[DRI_REDUCE] = { .shm_max = SHM, .flat = reduce_flat },
+	[DRI_REDUCE] = { .quick = 1, .quick_max = DRI_SEG_INLINE,
+			 .shm_max = SHM, .flat = reduce_flat },
 	[DRI_ALL_GATHER] = { .shm_max = SHM, .hier = hier_all_gather,
 			     .flat = all_gather_flat },
 	[DRI_GATHER] = { .shm_max = SHM, .flat = gather_flat },
@@ -175,13 +177,13 @@ static const struct row rows[DRI_COLL_COUNT_] = {
 };
 
 int dri_coll_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
-		   dr_op redop, dr_err *err)
+		   dr_op redop, int root, dr_err *err)
 {
 	const struct row *w = &rows[coll];
 
 	if (!w->quick || (count && count * dr_dtype_size(dtype) > w->quick_max))
 		return 0;
-	return dri_shm_quick(coll, buf, count, dtype, redop, err);
+	return dri_shm_quick(coll, buf, count, dtype, redop, root, err);
 }
 
 dr_err dri_coll_run(dri_op *op)

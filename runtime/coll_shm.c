@@ -19,6 +19,7 @@
 #include "coll.h"
 #include "coll_shm.h"
 #include "coll_shm_flags.h"
+#include "ctl.h"
 #include "cuda_driver.h"
 #include "shm.h"
 #include "transport.h"
@@ -29,6 +30,7 @@ static dr_err barrier_shm(struct call *c)
 }
 
 static dr_err run_call(dri_op *op);
+static dr_err run(struct call *c);
 
 int dri_shm_coll(dri_op *op, dr_err *err)
 {
@@ -54,7 +56,6 @@ static dr_err run_call(dri_op *op)
 {
 	const dr_group *g = op->group;
 	struct call c;
-	dr_err err;
 
 	memset(&c, 0, sizeof(c));
 	c.op = op;
@@ -66,59 +67,71 @@ static dr_err run_call(dri_op *op)
 	/* When the call started: dri_run_op set its deadline from then. */
 	c.t0 = op->id.deadline ? op->id.deadline - op->id.timeout_ms
 			       : dri_now_ms();
-	c.rec.n = dri_cs.ncall++;
-	c.rec.id = op->id;
+	return run(&c);
+}
+
+/* Runs call c (its op, p, r, tree, first, from/half/sub -1 and t0 or
+ * undated set; its number is taken here) as its collective's algorithm,
+ * the rooted calls before it settled first; keeps its record for
+ * settle. */
+static dr_err run(struct call *c)
+{
+	const dri_op *op = c->op;
+	dr_err err;
+
+	c->rec.n = dri_cs.ncall++;
+	c->rec.id = op->id;
 	/* A rooted call may have returned before the others saw it: an
 	 * abort since (a peer's mismatch, its death) fails this one. */
 	if (dri_cs_any_open()) {
 		if (dri_shm_pending() &&
 		    (err = dri_transport_stale_check(&op->id)))
 			return err;
-		if (!c.tree && (err = dri_cs_settle(&c)))
+		if (!c->tree && (err = dri_cs_settle(c)))
 			return err;
 	}
 	switch (op->id.coll) {
 	case DRI_BARRIER:
-		err = barrier_shm(&c);
+		err = barrier_shm(c);
 		break;
 	case DRI_ALL_REDUCE:
-		err = dri_cs_all_reduce(&c);
+		err = dri_cs_all_reduce(c);
 		break;
 	case DRI_BROADCAST:
-		err = dri_cs_broadcast(&c);
+		err = dri_cs_broadcast(c);
 		break;
 	case DRI_REDUCE:
-		err = dri_cs_reduce(&c);
+		err = dri_cs_reduce(c);
 		break;
 	case DRI_ALL_GATHER:
-		err = dri_cs_gather(&c, -1);
+		err = dri_cs_gather(c, -1);
 		break;
 	case DRI_GATHER:
-		err = dri_cs_gather(&c, op->root);
+		err = dri_cs_gather(c, op->root);
 		break;
 	case DRI_SCATTER:
-		err = dri_cs_spread(&c, 0);
+		err = dri_cs_spread(c, 0);
 		break;
 	case DRI_REDUCE_SCATTER:
-		err = dri_cs_reduce_scatter(&c);
+		err = dri_cs_reduce_scatter(c);
 		break;
 	case DRI_ALL_TO_ALL_V:
-		err = dri_cs_a2av(&c);
+		err = dri_cs_a2av(c);
 		break;
 	default:
-		err = dri_cs_spread(&c, 1);
+		err = dri_cs_spread(c, 1);
 		break;
 	}
 	/* A call with no data still meets the others once: its flags carry
 	 * the mismatch check, and every rank's phases stay in step.  (On an
 	 * error, the caller aborts the group: the others wait for us.) */
-	if (!err && c.first)
-		err = dri_cs_phase(&c);
-	dri_cs.past[c.rec.n % LAG] = c.rec;
-	if (c.rec.open)
-		dri_cs.open |= 1u << (c.rec.n % LAG);
+	if (!err && c->first)
+		err = dri_cs_phase(c);
+	dri_cs.past[c->rec.n % LAG] = c->rec;
+	if (c->rec.open)
+		dri_cs.open |= (uint64_t)1 << (c->rec.n % LAG);
 	else
-		dri_cs.open &= ~(1u << (c.rec.n % LAG));
+		dri_cs.open &= ~((uint64_t)1 << (c->rec.n % LAG));
 	return err;
 }
 
@@ -136,8 +149,31 @@ static int quick_ok(void *arg)
 	       !dri_cs.off && dri_cs.nblk == g->size && dri_shm_all_local();
 }
 
+/* A blocking broadcast or reduce of at most DRI_SEG_INLINE bytes (its
+ * number taken), flat: the engine's steps (run: settle, then post, or
+ * take and done) without what a call through dri_submit and dri_run_op
+ * adds around them: the copy and order of the op, the thread's control
+ * block record (the world slot instead), the deadline (set only if a
+ * wait goes into the transport, from then: await in coll_shm_flags.c).
+ * Its control block, abort rule and errors are dri_run_op's. */
+static dr_err lean_rooted(dri_op *op)
+{
+	const dr_group *g = op->group;
+	struct call c = { .op = op, .p = g->size, .r = g->rank, .first = 1,
+			  .from = -1, .half = -1, .sub = -1, .undated = op };
+	dr_err err;
+
+	dri_ctl_world_begin(&op->id);
+	dri_ctl_world_adopt();
+	err = run(&c);
+	dri_ctl_end(err);
+	if (err)
+		dri_abandon(err);
+	return err;
+}
+
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
-		  dr_op redop, dr_err *err)
+		  dr_op redop, int root, dr_err *err)
 {
 	dr_group *g = dri_world();
 	uint64_t seq;
@@ -154,25 +190,31 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		return 1;
 	if (!dri_world_take_seq(quick_ok, g, &seq))
 		return 0;
-	if (dri_cs_lean_ok(g->size, coll == DRI_ALL_REDUCE)) {
+	if (root < 0 && dri_cs_lean_ok(g->size, coll == DRI_ALL_REDUCE)) {
 		*err = dri_cs_lean(g, seq, coll, buf, count, dtype, redop);
 		return 1;
 	}
+	/* the op as dri_coll_op fills it */
 	memset(&op, 0, sizeof(op));
 	op.id.seq = seq;
 	op.id.coll = coll;
 	op.id.count = count;
-	op.id.dtype = coll == DRI_ALL_REDUCE ? (int32_t)dtype : -1;
-	op.id.op = coll == DRI_ALL_REDUCE ? (int32_t)redop : -1;
-	op.id.root = -1;
+	op.id.dtype = coll == DRI_BARRIER ? -1 : (int32_t)dtype;
+	op.id.op = coll == DRI_ALL_REDUCE || coll == DRI_REDUCE ? (int32_t)redop
+								: -1;
+	op.id.root = root;
 	op.group = g;
 	op.sendbuf = dri_or_empty(NULL);
 	op.buf = dri_or_empty(buf);
 	op.count = count;
 	op.dtype = dtype;
 	op.redop = redop;
-	op.root = -1;
+	op.root = root;
 	op.device = -1;
+	if (root >= 0) {
+		*err = lean_rooted(&op);
+		return 1;
+	}
 	op.run = run_call;
 	*err = dri_run_op(&op);
 	return 1;

@@ -15,15 +15,16 @@
  * then sends messages). */
 int dri_shm_coll(dri_op *op, dr_err *err);
 
-/* A blocking dr_barrier (coll DRI_BARRIER, the rest ignored) or
- * dr_all_reduce of at most 8 bytes in host memory, on the world group,
- * whose arguments the caller checked: when it runs through the flags
+/* A blocking dr_barrier (coll DRI_BARRIER, the rest ignored), or
+ * dr_all_reduce of at most 8 bytes, or dr_broadcast or dr_reduce (root
+ * >= 0, else -1) of at most DRI_SEG_INLINE bytes, in host memory, on the
+ * world group, whose arguments the caller checked: when it runs through the flags
  * with no asynchronous call of the world to wait for, runs it here at
  * once (dri_run_op, without the op that dri_coll_op fills and
  * dri_submit copies and orders: as long as the flags' own work, README,
  * Benchmarks), and returns 1 with *err its status; else 0, and the
  * caller takes the usual way. */
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
-		  dr_op redop, dr_err *err);
+		  dr_op redop, int root, dr_err *err);
 
 #endif /* DRI_COLL_SHM_H */

@@ -84,6 +84,7 @@
 #include "clock.h"
 #include "coll_shm_flags.h"
 #include "shm.h"
+#include "timeout.h"
 #include "transport.h"
 
 /* Up to DRI_SHM_FLAT_MAX ranks every rank looks at every other's flag;
@@ -660,7 +661,7 @@ static int same_as_seen(const struct call *c)
 static void close_past(struct rec *o)
 {
 	o->open = 0;
-	dri_cs.open &= ~(1u << (o->n % LAG));
+	dri_cs.open &= ~((uint64_t)1 << (o->n % LAG));
 }
 
 /* Publishes call id of first phase e in rec: seq 0 while the fields
@@ -731,6 +732,14 @@ static dr_err await(struct call *c)
 	if (spin_wait(c))
 		return DR_OK;
 	c->armed = 1;
+	if (c->undated) {
+		dri_op *op = c->undated;
+
+		op->id.timeout_ms = dri_timeout_ms();
+		op->id.deadline = dri_deadline(op->id.timeout_ms);
+		c->t0 = op->id.deadline - op->id.timeout_ms;
+		c->undated = NULL;
+	}
 	err = dri_transport_flag_wait(&c->op->id, waiting_for, c, c->t0,
 				      dri_cs.spin_us > 0);
 	c->armed = 0;

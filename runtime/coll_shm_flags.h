@@ -72,7 +72,7 @@ struct dri_cs_state {
 	size_t sub_bytes;      /* of each small slot (0: none) */
 	size_t sub_off;        /* where they start in a half */
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
-	unsigned open;         /* bit k: past[k].open (close_past) */
+	uint64_t open;         /* bit k: past[k].open (close_past) */
 	unsigned waits;        /* oversubscribed: waits that looked at
 				* rebalancing, counted */
 	int configured, off, oversub;
@@ -134,6 +134,10 @@ struct call {
 	const void *inl_src;   /* what begin puts in ours (inl_len bytes) */
 	size_t inl_len;
 	int64_t t0;            /* when it started (the deadline is in op->id) */
+	dri_op *undated;       /* the quick path: op, whose deadline is set
+				* only if a wait goes on into the transport,
+				* from then (coll_shm.c: lean_rooted, which
+				* does the rest of dri_run_op's work) */
 	struct rec rec;        /* this call */
 };
 

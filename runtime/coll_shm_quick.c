@@ -147,16 +147,15 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		dri_ctl_world_adopt();
 	} else {
 		/* The general way from here (run_call's struct call after
-		 * dri_cs_phase's begin and arrive), its deadline from now. */
+		 * dri_cs_phase's begin and arrive), its deadline from the
+		 * first wait that goes into the transport. */
 		dri_op op = { .id = id, .group = g, .buf = buf, .count = count,
 			      .dtype = dtype, .redop = redop, .root = -1,
 			      .device = -1 };
 		struct call c = { .op = &op, .p = p, .r = r, .first = 1,
-				  .from = -1, .half = -1, .sub = -1, .e = e };
+				  .from = -1, .half = -1, .sub = -1, .e = e,
+				  .undated = &op };
 
-		op.id.timeout_ms = dri_timeout_ms();
-		op.id.deadline = dri_deadline(op.id.timeout_ms);
-		c.t0 = op.id.deadline - op.id.timeout_ms;
 		c.rec.n = n;
 		c.rec.first = c.rec.last = e;
 		c.rec.id = op.id;

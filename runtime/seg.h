@@ -82,7 +82,7 @@ typedef struct {
 
 /* A call of the world through the segment's flags, as its rank
  * published it (coll_shm.c); each rank keeps its last DRI_SEG_CALLS. */
-#define DRI_SEG_CALLS 16
+#define DRI_SEG_CALLS 128
 /* Most ranks of an all_to_all_v through the segment (coll_shm.c). */
 #define DRI_SEG_A2AV_MAX 16
 typedef struct {

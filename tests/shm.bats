@@ -356,7 +356,7 @@ rooted() {
 	rooted 20 20
 }
 
-@test "small blocking calls take the quick way and hand late ranks to the general wait: 3000 calls checked, 2 to 5 ranks" {
+@test "small blocking calls take the quick way and hand late ranks to the general wait: 3000 calls and runs of 200 rooted ones past the root's lead, checked, 2 to 5 ranks" {
 	for n in 2 3 5; do
 		run timeout 120 "$DISTRUN" -n $n "$CTESTS/coll_check" quick
 		echo "$output"

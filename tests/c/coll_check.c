@@ -20,7 +20,8 @@
  *                   that rank 1 drops both; then the job goes on
  *   init            only dr_init_process_group; prints the error, if any
  *   quick           3000 small blocking calls, checked, with a rank late
- *                   now and then and rooted calls between (mode_quick)
+ *                   now and then and rooted calls between, and runs of
+ *                   200 small rooted calls (mode_quick)
  *
  * Prints "rank R: ok" when all went well; on a wrong value prints the first
  * bad element and exits 1.
@@ -553,12 +554,72 @@ static void mode_stranger(void)
 	mode_all();
 }
 
+/* A run of 200 small rooted calls (the quick path's rooted calls,
+ * coll_shm.c: lean_rooted), more than a root may run ahead of its
+ * readers (LAG, coll_shm_flags.h): broadcasts of 24 bytes (3 int64,
+ * the most that rides in a record) and 8 bytes, and reduces of 3 int32
+ * (SUM) and one float (MAX), roots in turn, checked; at the 70th one
+ * rank sleeps 5 ms (the others' waits go into the transport). */
+static void quick_rooted(int at)
+{
+	struct timespec nap = { 0, 5000000L };
+
+	for (int j = 0; j < 200; j++) {
+		int root = (at + j) % size, k = at + j;
+
+		if (j == 70 && rank == (at / 500) % size)
+			nanosleep(&nap, NULL);
+		switch (j % 4) {
+		case 0: {
+			int64_t b[3] = { -1, -1, -1 };
+
+			if (rank == root)
+				b[0] = k, b[1] = -k, b[2] = 7 * k;
+			TRY(dr_broadcast(b, 3, DR_INT64, root, NULL, NULL));
+			if (b[0] != k || b[1] != -k || b[2] != 7 * k)
+				DIE("quick: rooted %d: broadcast %lld %lld %lld",
+				    k, (long long)b[0], (long long)b[1],
+				    (long long)b[2]);
+			break;
+		}
+		case 1: {
+			int32_t v[3] = { rank, k % 100, 1 };
+
+			TRY(dr_reduce(v, 3, DR_INT32, DR_SUM, root, NULL, NULL));
+			if (rank == root &&
+			    (v[0] != size * (size - 1) / 2 ||
+			     v[1] != size * (k % 100) || v[2] != size))
+				DIE("quick: rooted %d: reduce %d %d %d", k,
+				    (int)v[0], (int)v[1], (int)v[2]);
+			break;
+		}
+		case 2: {
+			double d = rank == root ? k + 0.5 : 0;
+
+			TRY(dr_broadcast(&d, 1, DR_FLOAT64, root, NULL, NULL));
+			if (d != k + 0.5)
+				DIE("quick: rooted %d: broadcast %g", k, d);
+			break;
+		}
+		default: {
+			float f = (float)((rank + k) % size);
+
+			TRY(dr_reduce(&f, 1, DR_FLOAT32, DR_MAX, root, NULL, NULL));
+			if (rank == root && f != (float)(size - 1))
+				DIE("quick: rooted %d: reduce max %g", k, f);
+			break;
+		}
+		}
+	}
+}
+
 /* The quick way of small blocking calls (coll_shm_quick.c) and its
  * hand-over to the general wait: 3000 calls, barriers and all_reduces of
  * one and two int64 (SUM, MAX) and of 2 floats (AVG), checked; every
  * 250th call one rank in turn comes 3-30 ms late (the others' short look
  * runs out and they sleep in the transport); every 40th a broadcast
- * (a rooted call, checked later: the quick way waits until it is). */
+ * (a rooted call, checked later: the quick way waits until it is);
+ * every 500th a run of rooted calls (quick_rooted). */
 static void mode_quick(void)
 {
 	struct timespec late = { 0, 0 };
@@ -607,6 +668,8 @@ static void mode_quick(void)
 			if (b != 1000 + i)
 				DIE("quick: call %d: broadcast %lld", i, (long long)b);
 		}
+		if (i % 500 == 499)
+			quick_rooted(i);
 	}
 }
 
