@@ -153,6 +153,24 @@ void dri_cs_configure(void)
 	dri_cs.configured = 1;
 }
 
+void dri_cs_warm(int r, int peers)
+{
+	/* Ours with an add of 0: the line for writing, its value unchanged
+	 * (a peer may read it); the peers' (flat) with a load. */
+	for (int i = 0; i < dri_cs.nblk; i++) {
+		dri_seg_rank *b = dri_cs_blk(i);
+
+		if (i == r && !peers)
+			for (int k = 0; k < DRI_SEG_CALLS; k++)
+				__atomic_fetch_add(&b->call[k].c.seq, 0,
+						   __ATOMIC_RELAXED);
+		else if (i != r && peers && dri_cs.nblk <= DRI_SHM_FLAT_MAX)
+			for (int k = 0; k < DRI_SEG_CALLS; k++)
+				(void)__atomic_load_n(&b->call[k].c.seq,
+						      __ATOMIC_RELAXED);
+	}
+}
+
 /* ------------------------------------------------------------ flags */
 
 static uint64_t load(const uint64_t *w)

@@ -1,0 +1,75 @@
+/*
+ * rooted_bench.c - small rooted calls in a loop, timed as the anchor loop
+ * is (scripts/anchor_bench.c): the clock before and after ITERS calls
+ * only, the slowest rank's mean.  bench_coll times each call and takes
+ * the median of the slowest rank's; for a broadcast whose root runs
+ * ahead of its readers that is a reader's wait, not what a loop of them
+ * costs, which is what this gives.  scripts/mpi/rooted_mpi_bench.c is
+ * the same loop on MPI; scripts/bench-rooted sets them side by side
+ * with the floor (scripts/floor_barrier.c).
+ *
+ *   distrun -n N build/bench/rooted_bench [ITERS [BYTES]]
+ *
+ * Prints from rank 0 "op=broadcast n=N bytes=B us=X" and the same for
+ * reduce (float32 SUM to rank 0; broadcast from rank 0), after 1000
+ * unmeasured calls of each.  An error ends it with the call's message
+ * and status 1.
+ */
+#include <distrun.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+
+static void check(dr_err e, const char *what)
+{
+	if (e) {
+		fprintf(stderr, "rooted_bench: %s: %s: %s\n", what,
+			dr_err_name(e), dr_last_error());
+		exit(1);
+	}
+}
+
+static dr_err call(int reduce, float *buf, size_t count)
+{
+	return reduce ? dr_reduce(buf, count, DR_FLOAT32, DR_SUM, 0, NULL, NULL)
+		      : dr_broadcast(buf, count, DR_FLOAT32, 0, NULL, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	int iters = argc > 1 ? atoi(argv[1]) : 100000;
+	long bytes = argc > 2 ? atol(argv[2]) : 4;
+	static const char *const name[2] = { "broadcast", "reduce" };
+	float buf[64] = { 1 };
+	size_t count;
+	int rank;
+
+	if (iters < 1 || bytes < 4 || bytes > (long)sizeof(buf)) {
+		fprintf(stderr, "usage: rooted_bench [ITERS >= 1 [BYTES 4 to "
+			"%zu]]\n", sizeof(buf));
+		return 2;
+	}
+	count = (size_t)bytes / 4;
+	check(dr_init_process_group(NULL, NULL), "init");
+	rank = dr_get_rank();
+	for (int op = 0; op < 2; op++) {
+		double t;
+
+		for (int i = 0; i < 1000; i++)
+			check(call(op, buf, count), name[op]);
+		check(dr_barrier(NULL, NULL, NULL, 0), "barrier");
+		t = now_s();
+		for (int i = 0; i < iters; i++)
+			check(call(op, buf, count), name[op]);
+		t = now_s() - t;
+		check(dr_all_reduce(&t, 1, DR_FLOAT64, DR_MAX, NULL, NULL),
+		      "all_reduce");
+		if (rank == 0)
+			printf("op=%s n=%d bytes=%zu us=%.3f\n", name[op],
+			       dr_get_world_size(), count * 4, t / iters * 1e6);
+	}
+	check(dr_destroy_process_group(), "destroy");
+	return 0;
+}
