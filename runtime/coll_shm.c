@@ -131,11 +131,7 @@ static dr_err run(struct call *c)
 	 * error, the caller aborts the group: the others wait for us.) */
 	if (!err && c->first)
 		err = dri_cs_phase(c);
-	dri_cs.past[c->rec.n % LAG] = c->rec;
-	if (c->rec.open)
-		dri_cs.open |= (uint64_t)1 << (c->rec.n % LAG);
-	else
-		dri_cs.open &= ~((uint64_t)1 << (c->rec.n % LAG));
+	dri_cs_keep(&c->rec);
 	return err;
 }
 
@@ -198,6 +194,9 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		*err = dri_cs_lean(g, seq, coll, buf, count, dtype, redop);
 		return 1;
 	}
+	if (root >= 0 && dri_cs_lean_rooted(g, seq, coll, buf, count, dtype,
+					    redop, root, err))
+		return 1;
 	/* the op as dri_coll_op fills it */
 	memset(&op, 0, sizeof(op));
 	op.id.seq = seq;

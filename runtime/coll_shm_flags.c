@@ -728,8 +728,13 @@ void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */
 static void arrive(struct call *c)
 {
-	publish(&dri_cs_blk(c->r)->up, c->e);
-	dri_cs_wake(c->p);
+	dri_cs_arrive_at(c->r, c->e, c->p);
+}
+
+void dri_cs_arrive_at(int r, uint64_t e, int p)
+{
+	publish(&dri_cs_blk(r)->up, e);
+	dri_cs_wake(p);
 }
 
 void dri_cs_wake(int p)
@@ -765,24 +770,33 @@ static dr_err await(struct call *c)
 	return err;
 }
 
+/* The lowest of the other ranks' up (flat). */
+static uint64_t low_up(int p, int r)
+{
+	uint64_t low = UINT64_MAX;
+
+	for (int i = 0; i < p; i++)
+		if (i != r) {
+			uint64_t u = load(&dri_cs_blk(i)->up);
+
+			low = u < low ? u : low;
+		}
+	return low;
+}
+
 /* Waits until every other rank's up has reached v (flat).  What it
  * finds is kept: after rooted calls the others are often well past v,
  * and then the next calls need not look (a look is a transfer of a line
  * the other keeps writing). */
 dr_err dri_cs_await_all(struct call *c, uint64_t v)
 {
-	uint64_t e = c->e, low = UINT64_MAX;
+	uint64_t e = c->e, low;
 	int first = c->first;
 	dr_err err;
 
 	if (v <= dri_cs.safe)
 		return DR_OK;
-	for (int i = 0; i < c->p; i++)
-		if (i != c->r) {
-			uint64_t u = load(&dri_cs_blk(i)->up);
-
-			low = u < low ? u : low;
-		}
+	low = low_up(c->p, c->r);
 	if (low >= v) {
 		dri_cs.safe = low;
 		return DR_OK;
@@ -876,9 +890,14 @@ void dri_cs_post(struct call *c)
  * phase; the caller then reads and posts (done). */
 dr_err dri_cs_take(struct call *c, int from)
 {
+	begin(c);
+	return dri_cs_take_wait(c, from);
+}
+
+dr_err dri_cs_take_wait(struct call *c, int from)
+{
 	dr_err err;
 
-	begin(c);
 	c->from = from;
 	c->taking = from < 0;
 	err = await(c);
@@ -937,6 +956,47 @@ dr_err dri_cs_settle(struct call *c)
 		}
 	}
 	return DR_OK;
+}
+
+int dri_cs_settle_quick(int p, int r, uint64_t n)
+{
+	struct rec *o = &dri_cs.past[n % LAG];
+	int k = (int)(o->n % DRI_SEG_CALLS);
+	dri_msg_id theirs;
+
+	if (!dri_cs.open)
+		return 1;
+	/* (a message or an abort to look at first: run_call's way) */
+	if (dri_shm_pending())
+		return 0;
+	if (!o->open)
+		return 1;
+	if (o->last > dri_cs.safe) {
+		uint64_t low = low_up(p, r);
+
+		if (low < o->last)
+			return 0;
+		dri_cs.safe = low;
+	}
+	for (int i = 0; i < p; i++)
+		if (i != r &&
+		    !(dri_shm_read_at(&dri_cs_blk(i)->call[k].c, o->id.seq,
+				      o->first, &theirs) &&
+		      dri_cs_same_call(&theirs, &o->id)))
+			return 0;
+	close_past(o);
+	return 1;
+}
+
+void dri_cs_keep(const struct rec *rec)
+{
+	uint64_t bit = (uint64_t)1 << (rec->n % LAG);
+
+	dri_cs.past[rec->n % LAG] = *rec;
+	if (rec->open)
+		dri_cs.open |= bit;
+	else
+		dri_cs.open &= ~bit;
 }
 
 /* Whether one of the last LAG calls is still to be checked. */

@@ -174,11 +174,17 @@ void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
  * against the sleeper's look at up). */
 void dri_cs_wake(int p);
 dr_err dri_cs_phase_wait(struct call *c);
+/* Arrives at phase e as rank r (of p) and wakes whoever may wait for it:
+ * a rooted call's writer or reader (post, done). */
+void dri_cs_arrive_at(int r, uint64_t e, int p);
 /* Rooted calls (flat): a writer arrives and goes on (post); a reader
  * waits for rank from (-1: every other) to arrive (take), reads, then
  * arrives (done). */
 void dri_cs_post(struct call *c);
 dr_err dri_cs_take(struct call *c, int from);
+/* take's wait and checks, for the quick path, which did begin itself
+ * (c->e, c->rec set) */
+dr_err dri_cs_take_wait(struct call *c, int from);
 void dri_cs_done(struct call *c);
 /* Waits until every other rank's up has reached v (flat). */
 dr_err dri_cs_await_all(struct call *c, uint64_t v);
@@ -188,6 +194,15 @@ dr_err dri_cs_await_all(struct call *c, uint64_t v);
 dr_err dri_cs_settle(struct call *c);
 /* Whether one of the last LAG calls is still to be checked. */
 int dri_cs_any_open(void);
+/* dri_cs_settle for call n of rank r (of p) without a wait: 1 once
+ * call n - LAG, if it was rooted, is checked (every rank past it, every
+ * record of it ours: then it is closed), or there is nothing to settle;
+ * 0 if that needs a wait, a look at a message or an abort, or a record
+ * is not ours (the general way's settle then waits, or names who
+ * differs). */
+int dri_cs_settle_quick(int p, int r, uint64_t n);
+/* Keeps call rec among the last LAG, open (to check at settle) or not. */
+void dri_cs_keep(const struct rec *rec);
 /* The half for the next use (*h), or the next small slot; writes: this
  * rank will write its own, so it waits until the readers of its last
  * use are done with it. */
@@ -209,6 +224,16 @@ int dri_cs_lean_ok(int p, int tiny);
  * its control block, deadline and abort rule as dri_run_op's. */
 dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		   size_t count, dr_dtype dtype, dr_op redop);
+/* A blocking broadcast or reduce of at most DRI_SEG_INLINE bytes (seq
+ * its number; the arguments checked), flat, the lean way: settle
+ * without a wait (dri_cs_settle_quick), the record with the data, the
+ * arrival; a reader looks at the writers' records as the lean barrier
+ * at the others' flags and hands a wait that is not over to take's.
+ * 1 with *err its status, or 0 (nothing done) when settling needs the
+ * general way. */
+int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
+		       size_t count, dr_dtype dtype, dr_op redop, int root,
+		       dr_err *err);
 
 /* --------------------------------------- single copy (coll_shm_direct.c) */
 

@@ -25,6 +25,7 @@
  * same messages.  So the lean way changes no behaviour, only the cost
  * of the common case.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "coll.h"
@@ -65,8 +66,8 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks)
 	       dri_cs_same_call(&theirs, id);
 }
 
-/* n (1 to 8) bytes: the sizes a dtype has copied as one load and one
- * store, not through memcpy's call. */
+/* n (1 to DRI_SEG_INLINE) bytes: the sizes a dtype has copied as one
+ * load and one store, not through memcpy's call. */
 static void copy8(void *dst, const void *src, size_t n)
 {
 	switch (n) {
@@ -78,26 +79,33 @@ static void copy8(void *dst, const void *src, size_t n)
 	}
 }
 
-/* All_reduce of the tiny data, every rank's in rank order (ours from
- * buf), as reduce_ordered sums it: the same result on every rank. */
-static dr_err tiny_sum(dri_msg_id *id, void *buf, size_t bytes, int p, int r,
-		       uint64_t e)
+/* The reduction of the tiny data (at most DRI_SEG_INLINE bytes), every
+ * rank's in rank order, as reduce_ordered sums it (the same result on
+ * every rank): ours from buf, rank i's at offset off of its block (an
+ * all_reduce's tiny[], a reduce's record of the call). */
+static dr_err tiny_sum(const dri_msg_id *id, void *buf, size_t bytes, int p,
+		       int r, size_t off)
 {
 	dr_dtype dt = (dr_dtype)id->dtype;
 	dr_op op = (dr_op)id->op;
-	uint64_t acc;
+	uint64_t acc[DRI_SEG_INLINE / sizeof(uint64_t)];
 	dr_err err = DR_OK;
 
-	copy8(&acc, r ? (const void *)&dri_cs.blk[0]->tiny[e & 1] : buf, bytes);
+	copy8(acc, r ? (const char *)dri_cs.blk[0] + off : buf, bytes);
 	for (int i = 1; i < p && !err; i++) {
-		const void *in = i == r ? buf
-					: (const void *)&dri_cs.blk[i]->tiny[e & 1];
+		const void *in = i == r ? buf : (const char *)dri_cs.blk[i] + off;
 
-		err = dri_reduce(&acc, in, id->count, dt, op);
+		err = dri_reduce(acc, in, id->count, dt, op);
 	}
-	dri_reduce_finish(&acc, id->count, dt, op, p);
-	copy8(buf, &acc, bytes);
+	dri_reduce_finish(acc, id->count, dt, op, p);
+	copy8(buf, acc, bytes);
 	return err;
+}
+
+/* Where rank i's tiny data of phase e is, in its block. */
+static size_t tiny_off(uint64_t e)
+{
+	return offsetof(dri_seg_rank, tiny) + (e & 1) * sizeof(uint64_t);
 }
 
 dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
@@ -140,7 +148,8 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		if (e > dri_cs.safe)
 			dri_cs.safe = e;
 		/* (a tiny sum fails only for what dri_args_check rejects) */
-		if (!bytes || !(err = tiny_sum(&id, buf, bytes, p, r, e))) {
+		if (!bytes ||
+		    !(err = tiny_sum(&id, buf, bytes, p, r, tiny_off(e)))) {
 			dri_ctl_world_end();
 			return DR_OK;
 		}
@@ -162,10 +171,116 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		dri_ctl_world_adopt();
 		err = dri_cs_phase_wait(&c);
 		if (!err && bytes)
-			err = tiny_sum(&id, buf, bytes, p, r, e);
+			err = tiny_sum(&id, buf, bytes, p, r, tiny_off(e));
 	}
 	dri_ctl_end(err);
 	if (err)
 		dri_abandon(err);
 	return err;
+}
+
+/* Whether rank i's record of call n (index k) is there for phase e and is
+ * our call, after at most `looks` looks. */
+static int rec_arrived(int i, uint64_t e, const dri_msg_id *id, int k,
+		       int looks)
+{
+	const dri_seg_call *c = &dri_cs.blk[i]->call[k].c;
+	dri_msg_id theirs;
+
+	for (int n = 0; !dri_shm_read_at(c, id->seq, e, &theirs); n++) {
+		if (n >= looks)
+			return 0;
+		dri_cpu_relax();
+	}
+	return dri_cs_same_call(&theirs, id);
+}
+
+int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
+		       size_t count, dr_dtype dtype, dr_op redop, int root,
+		       dr_err *err)
+{
+	const int p = g->size, r = g->rank;
+	const size_t bytes = count * dr_dtype_size(dtype);
+	const uint64_t n = dri_cs.ncall;
+	const int k = (int)(n % DRI_SEG_CALLS);
+	/* a broadcast's root and a reduce's others write; the rest read
+	 * the root's record (from), or every other's (-1) */
+	const int from = coll == DRI_BROADCAST ? root : -1;
+	int looks = dri_cs.oversub || !dri_cs.spin_us ? 0 : LOOKS, i = 0;
+	struct rec rec = { .n = n, .open = 1,
+			   .id = { .coll = coll, .seq = seq, .count = count,
+				   .dtype = (int32_t)dtype,
+				   .op = coll == DRI_REDUCE ? (int32_t)redop : -1,
+				   .root = root } };
+	const dri_msg_id *id = &rec.id;
+
+	/* (a reduce goes this way only where the general one takes it as
+	 * rooted: coll_shm_reduce.c's reduce_rooted) */
+	if ((coll == DRI_REDUCE && !dri_cs.sub_bytes) ||
+	    !dri_cs_settle_quick(p, r, n))
+		return 0;
+	dri_cs.ncall++;
+	dri_ctl_world_begin(id);
+	dri_cs_note_cpu(r);
+	rec.first = rec.last = ++dri_cs.phase;
+	if (from < 0 ? r != root : r == root) {
+		/* post (coll_shm_flags.c), the data in the record */
+		dri_cs_put_call(r, n, id, rec.first, buf, bytes);
+		dri_cs_arrive_at(r, rec.first, p);
+		dri_cs_keep(&rec);
+		dri_ctl_world_end();
+		*err = DR_OK;
+		return 1;
+	}
+	dri_cs_put_call(r, n, id, rec.first, NULL, 0);
+	for (; i < p; i++)
+		if (i != r && (from < 0 || i == from) &&
+		    !rec_arrived(i, rec.first, id, k, looks))
+			break;
+	*err = DR_OK;
+	if (i < p) {
+		/* The general way from here: take's wait (after begin), its
+		 * deadline from the first wait in the transport. */
+		dri_op op = { .id = *id, .group = g, .buf = buf, .count = count,
+			      .dtype = dtype, .redop = redop, .root = root,
+			      .device = -1 };
+		struct call c = { .op = &op, .p = p, .r = r, .first = 1,
+				  .from = -1, .half = -1, .sub = -1,
+				  .e = rec.first, .inl = 1, .undated = &op };
+
+		c.rec = rec;
+		c.rec.open = 0;
+		dri_ctl_world_adopt();
+		*err = dri_cs_take_wait(&c, from);
+		rec.open = c.rec.open;
+	} else {
+		/* every record ours: a reduce's root has checked them all */
+		rec.open = from >= 0;
+	}
+	if (!*err) {
+		if (from >= 0) {
+			copy8(buf, dri_cs.blk[root]->call[k].data, bytes);
+			/* (take's prefetch of the root's next record) */
+			__builtin_prefetch(&dri_cs.blk[root]->call[(k + 1) %
+								DRI_SEG_CALLS]);
+		} else {
+			*err = tiny_sum(id, buf, bytes, p, r,
+					offsetof(dri_seg_rank, call) +
+					(size_t)k * sizeof(dri_seg_rec) +
+					offsetof(dri_seg_rec, data));
+		}
+	}
+	if (!*err)
+		dri_cs_arrive_at(r, rec.first, p);
+	dri_cs_keep(&rec);
+	if (i == p && !*err) {
+		dri_ctl_world_end();
+		return 1;
+	}
+	if (i == p)
+		dri_ctl_world_adopt();
+	dri_ctl_end(*err);
+	if (*err)
+		dri_abandon(*err);
+	return 1;
 }
