@@ -142,6 +142,8 @@ void dri_cs_configure(void)
 		dri_cs.chunk = (size_t)atoll(e) / 64 * 64;
 	/* A new process group: every rank's flags start from 0 again. */
 	dri_cs.phase = dri_cs.ncall = dri_cs.safe = dri_cs.a2av = 0;
+	dri_cs.owed = 0;
+	dri_cs.owing = 0;
 	dri_cs.use = dri_cs.sub = 0;
 	memset(dri_cs.need, 0, sizeof(dri_cs.need));
 	memset(dri_cs.need_sub, 0, sizeof(dri_cs.need_sub));
@@ -737,6 +739,29 @@ void dri_cs_arrive_at(int r, uint64_t e, int p)
 	dri_cs_wake(p);
 }
 
+void dri_cs_arrive_later(int r, uint64_t e, int p)
+{
+	if (++dri_cs.owing < OWE_MAX) {
+		dri_cs.owed = e;
+		return;
+	}
+	dri_cs.owing = 0;
+	dri_cs.owed = 0;
+	dri_cs_arrive_at(r, e, p);
+}
+
+/* The arrival dri_cs_arrive_later left owed, unless a later one has
+ * covered it. */
+static void pay(const struct call *c)
+{
+	if (!dri_cs.owed)
+		return;
+	if (dri_cs.owed > load(&dri_cs_blk(c->r)->up))
+		dri_cs_arrive_at(c->r, dri_cs.owed, c->p);
+	dri_cs.owed = 0;
+	dri_cs.owing = 0;
+}
+
 void dri_cs_wake(int p)
 {
 	for (int i = 0; i < p; i++)
@@ -749,6 +774,8 @@ static dr_err await(struct call *c)
 {
 	dr_err err = DR_OK;
 
+	/* (a rank that waits has arrived wherever it has been) */
+	pay(c);
 	c->cursor = c->stage = 0;
 	c->bad = -1;
 	c->armed = 0;

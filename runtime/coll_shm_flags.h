@@ -26,6 +26,11 @@
  * keeps DRI_SEG_CALLS of each rank's): how far a broadcast's root may
  * run ahead of its slowest reader. */
 #define LAG (DRI_SEG_CALLS / 2)
+/* The lean way's reader of a small rooted call publishes at least every
+ * OWE_MAX-th arrival (dri_cs_arrive_later); fewer than LAG, so that a
+ * writer's settle, which waits for the call LAG calls back, never waits
+ * for an arrival owed by a rank that makes no more calls. */
+#define OWE_MAX 16
 /* Rooted calls of at most SUB_BYTES go through one of NSUB small slots
  * at the end of the halves (NSUB / 2 in each, with halves of at least
  * SUB_HALF_MIN bytes: up to 16 ranks), taken in turn, so that LAG of
@@ -86,6 +91,9 @@ struct dri_cs_state {
 	int direct_mode;       /* dri_shm_direct_mode() */
 	int direct;            /* single copy: 1 yes, -1 no, 0 not probed */
 	uint64_t a2av;         /* all_to_all_v calls through the flags */
+	uint64_t owed;         /* an arrival not yet published
+				* (dri_cs_arrive_later), or 0 */
+	unsigned owing;        /* arrivals left owed since the last one */
 	int crowded;           /* the probe found a rank with more ranks
 				* than CPUs (the same on every rank) */
 	size_t chunk;          /* bytes of a half used per phase */
@@ -177,6 +185,12 @@ dr_err dri_cs_phase_wait(struct call *c);
 /* Arrives at phase e as rank r (of p) and wakes whoever may wait for it:
  * a rooted call's writer or reader (post, done). */
 void dri_cs_arrive_at(int r, uint64_t e, int p);
+/* The same for a reader whose writers went on without waiting for it:
+ * published only every OWE_MAX-th time, or when this rank next waits
+ * (its up's line is then taken from a writer that waits on it, in
+ * settle, once in OWE_MAX calls, not at each; a later arrival covers an
+ * owed one). */
+void dri_cs_arrive_later(int r, uint64_t e, int p);
 /* Rooted calls (flat): a writer arrives and goes on (post); a reader
  * waits for rank from (-1: every other) to arrive (take), reads, then
  * arrives (done). */

@@ -271,7 +271,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		}
 	}
 	if (!*err)
-		dri_cs_arrive_at(r, rec.first, p);
+		dri_cs_arrive_later(r, rec.first, p);
 	dri_cs_keep(&rec);
 	if (i == p && !*err) {
 		dri_ctl_world_end();
