@@ -2,8 +2,10 @@
  * coll_shm_quick.c - the lean way of the world's smallest blocking calls
  * through the segment's flags: a barrier and an all_reduce of at most 8
  * bytes, flat (up to DRI_SHM_FLAT_MAX ranks), with no rooted call left
- * to check.  coll_shm.c's dri_shm_quick sends them here once it has
- * their sequence number.
+ * to check; and a broadcast or reduce of at most DRI_SEG_INLINE bytes,
+ * whose data rides in the writers' records of the call (at the end).
+ * coll_shm.c's dri_shm_quick sends them here once it has their sequence
+ * number.
  *
  * A barrier of 2 ranks is a line's transfer plus what a rank does
  * between seeing the other's arrival and storing its own next one
