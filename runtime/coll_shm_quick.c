@@ -221,6 +221,8 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	if ((coll == DRI_REDUCE && !dri_cs.sub_bytes) ||
 	    !dri_cs_settle_quick(p, r, n))
 		return 0;
+	/* (count 0: the copies of no bytes are still given a buffer) */
+	buf = dri_or_empty(buf);
 	dri_cs.ncall++;
 	dri_ctl_world_begin(id);
 	dri_cs_note_cpu(r);
