@@ -30,14 +30,16 @@
  * root's up word alone, copy out, then arrive (saying they are done with
  * it).  A gather's (a small reduce's) others copy in, arrive and return;
  * the root waits for them all, copies out (reduces) and arrives.  With
- * the small slots a root runs up to LAG calls ahead of its slowest
+ * the small slots a root runs up to NSUB calls ahead of its slowest
  * reader.  A broadcast or reduce of at most DRI_SEG_INLINE bytes needs
  * no slot: its writers put the data in their record of the call (seg.h:
  * dri_seg_rec, a line each), and a reader waits on that record instead
  * of the writer's up word, so that what it checks and what it reads come
  * in one transfer (up still moves, for whoever sleeps on it).  The
  * record is written again DRI_SEG_CALLS calls later, once every rank is
- * past the call (settle).
+ * past the call (settle): such a root runs up to LAG calls ahead.  The
+ * lean way (coll_shm_quick.c) takes these calls when blocking; its
+ * readers publish their arrival later (dri_cs_arrive_later).
  *
  * Waiting: a rank first spins on the flag without the transport's lock
  * (pausing and yielding every 16th look; when ranks outnumber the cores

@@ -33,8 +33,9 @@
 #define OWE_MAX 16
 /* Rooted calls of at most SUB_BYTES go through one of NSUB small slots
  * at the end of the halves (NSUB / 2 in each, with halves of at least
- * SUB_HALF_MIN bytes: up to 16 ranks), taken in turn, so that LAG of
- * them can be in flight: a half is written again after two uses, a
+ * SUB_HALF_MIN bytes: up to 16 ranks), taken in turn, so that NSUB of
+ * them can be in flight (fewer than LAG: the slots, not the records,
+ * bound a small call's lead): a half is written again after two uses, a
  * small slot after NSUB.  The other uses keep off them. */
 #define NSUB 16
 #define SUB_BYTES ((size_t)16 << 10)
