@@ -35,6 +35,7 @@ static dr_err run(struct call *c);
 int dri_shm_coll(dri_op *op, dr_err *err)
 {
 	const dr_group *g = op->group;
+	int fresh;
 
 	if (!dri_cs.configured || dri_cs.generation != dri_shm_generation())
 		dri_cs_configure();
@@ -42,16 +43,16 @@ int dri_shm_coll(dri_op *op, dr_err *err)
 	if (dri_cs.off || op->id.group_id || !dri_shm_all_local() ||
 	    g->size > DRI_SEG_SHM_MAX)
 		return 0;
-	if (dri_cs.nblk != g->size) {
+	fresh = dri_cs.nblk != g->size;
+	if (fresh) {
 		for (int i = 0; i < g->size; i++)
 			dri_cs.blk[i] = dri_shm_blk(i);
 		dri_cs.nblk = g->size;
 		dri_cs_warm(g->rank, 0);
-		*err = run_call(op);
-		dri_cs_warm(g->rank, 1);
-		return 1;
 	}
 	*err = run_call(op);
+	if (fresh)
+		dri_cs_warm(g->rank, 1);
 	return 1;
 }
 
@@ -156,7 +157,7 @@ static int quick_ok(void *arg)
  * block record (the world slot instead), the deadline (set only if a
  * wait goes into the transport, from then: await in coll_shm_flags.c).
  * Its control block, abort rule and errors are dri_run_op's. */
-static dr_err lean_rooted(dri_op *op)
+static dr_err quick_rooted(dri_op *op)
 {
 	const dr_group *g = op->group;
 	struct call c = { .op = op, .p = g->size, .r = g->rank, .first = 1,
@@ -215,7 +216,7 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 	op.root = root;
 	op.device = -1;
 	if (root >= 0) {
-		*err = lean_rooted(&op);
+		*err = quick_rooted(&op);
 		return 1;
 	}
 	op.run = run_call;

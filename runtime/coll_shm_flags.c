@@ -159,20 +159,19 @@ void dri_cs_configure(void)
 
 void dri_cs_warm(int r, int peers)
 {
-	/* Ours with an add of 0: the line for writing, its value unchanged
-	 * (a peer may read it); the peers' (flat) with a load. */
-	for (int i = 0; i < dri_cs.nblk; i++) {
-		dri_seg_rank *b = dri_cs_blk(i);
-
-		if (i == r && !peers)
-			for (int k = 0; k < DRI_SEG_CALLS; k++)
-				__atomic_fetch_add(&b->call[k].c.seq, 0,
-						   __ATOMIC_RELAXED);
-		else if (i != r && peers && dri_cs.nblk <= DRI_SHM_FLAT_MAX)
-			for (int k = 0; k < DRI_SEG_CALLS; k++)
-				(void)__atomic_load_n(&b->call[k].c.seq,
-						      __ATOMIC_RELAXED);
+	if (!peers) {
+		/* an add of 0: the line for writing, its value unchanged (a
+		 * peer may read it) */
+		for (int k = 0; k < DRI_SEG_CALLS; k++)
+			__atomic_fetch_add(&dri_cs_blk(r)->call[k].c.seq, 0,
+					   __ATOMIC_RELAXED);
+		return;
 	}
+	/* (flat: the peers whose records a call reads) */
+	for (int i = 0; i < dri_cs.nblk && dri_cs.nblk <= DRI_SHM_FLAT_MAX; i++)
+		for (int k = 0; i != r && k < DRI_SEG_CALLS; k++)
+			(void)__atomic_load_n(&dri_cs_blk(i)->call[k].c.seq,
+					      __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------ flags */

@@ -145,8 +145,9 @@ struct call {
 	int64_t t0;            /* when it started (the deadline is in op->id) */
 	dri_op *undated;       /* the quick path: op, whose deadline is set
 				* only if a wait goes on into the transport,
-				* from then (coll_shm.c: lean_rooted, which
-				* does the rest of dri_run_op's work) */
+				* from then (coll_shm.c's quick_rooted and
+				* the lean ways do the rest of dri_run_op's
+				* work) */
 	struct rec rec;        /* this call */
 };
 
