@@ -151,7 +151,7 @@ struct call {
 	struct rec rec;        /* this call */
 };
 
-/* ------------------------------------------ the engine (coll_shm_flags.c) */
+/* ---------------------------------- the engine's state (coll_shm_state.c) */
 
 /* At the first call of a process group (a new transport start): the
  * settings, and every flag's count from 0 again. */
@@ -165,18 +165,28 @@ dri_seg_rank *dri_cs_blk(int i);
  * the first call, then the others' (peers 1), once that call is done,
  * when the others have taken theirs. */
 void dri_cs_warm(int r, int peers);
+/* The CPUs this thread may use, into dri_cs.allowed (dri_cs.allowed_n:
+ * the call when looked); their number, 0 if unknown. */
+int dri_cs_allowed_get(void);
+/* Publishes the CPU rank r runs on, if it changed (seg.h: cpu). */
+void dri_cs_note_cpu(int r);
+/* A waiting rank of a flat call c whose CPU has more of the call's ranks
+ * than another CPU it may use moves to the one with the fewest (at most
+ * once every 10 ms; coll_shm_state.c says why). */
+void dri_cs_rebalance(const struct call *c);
+
+/* ------------------------------------------ the engine (coll_shm_flags.c) */
+
 /* One phase: arrive (this rank's writes for it are done), wait until
  * every rank has; at the call's first, the mismatch check. */
 dr_err dri_cs_phase(struct call *c);
 /* The phase's steps, for the quick path (coll_shm_quick.c), which does
- * the first ones itself and hands the rest on when a wait is not over at
- * once: publishes the CPU rank r runs on if it changed (seg.h: cpu);
- * rank r's record of its n-th call through the flags (id, first phase e,
- * len bytes of data from src; seqlock writes) and the record's copy on
- * up's line; the peers' wake-ups after an arrival; and the wait for
+ * the first ones itself (after dri_cs_note_cpu) and hands the rest on
+ * when a wait is not over at once: rank r's record of its n-th call
+ * through the flags (id, first phase e, len bytes of data from src;
+ * seqlock writes) and the record's copy on up's line; the peers' wake-ups after an arrival; and the wait for
  * every rank and the checks of a phase whose begin and arrival are done
  * (c->e set). */
-void dri_cs_note_cpu(int r);
 void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
 		     const void *src, size_t len);
 /* The wake-ups, after a store to up that a sequentially consistent
