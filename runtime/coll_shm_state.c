@@ -33,7 +33,7 @@ void dri_cs_configure(void)
 	dri_cs.off = e && !strcmp(e, "0");
 	/* Spin, unless ranks crowd the CPUs more than SPIN_MAX_PER_CPU to
 	 * one: then every spinning rank keeps the one it waits for off its
-	 * CPU, and sleeping at once wins (see the file's comment). */
+	 * CPU, and sleeping at once wins (coll_shm_flags.c's head). */
 	if (spin && *spin)
 		dri_cs.spin_us = atoll(spin);
 	else
@@ -85,7 +85,6 @@ void dri_cs_warm(int r, int peers)
 			(void)__atomic_load_n(&dri_cs_blk(i)->call[k].c.seq,
 					      __ATOMIC_RELAXED);
 }
-
 
 /* The CPUs this thread may use, into dri_cs.allowed; 0 if unknown. */
 int dri_cs_allowed_get(void)
