@@ -162,15 +162,10 @@ static dr_err quick_rooted(dri_op *op)
 	const dr_group *g = op->group;
 	struct call c = { .op = op, .p = g->size, .r = g->rank, .first = 1,
 			  .from = -1, .half = -1, .sub = -1, .undated = op };
-	dr_err err;
 
 	dri_ctl_world_begin(&op->id);
 	dri_ctl_world_adopt();
-	err = run(&c);
-	dri_ctl_end(err);
-	if (err)
-		dri_abandon(err);
-	return err;
+	return dri_call_end(op->id.coll, run(&c));
 }
 
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,

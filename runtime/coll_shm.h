@@ -18,9 +18,9 @@ int dri_shm_coll(dri_op *op, dr_err *err);
 /* A blocking dr_barrier (coll DRI_BARRIER, the rest ignored), or
  * dr_all_reduce of at most 8 bytes, or dr_broadcast or dr_reduce (root
  * >= 0, else -1) of at most DRI_SEG_INLINE bytes, in host memory, on the
- * world group, whose arguments the caller checked: when it runs through the flags
- * with no asynchronous call of the world to wait for, runs it here at
- * once (dri_run_op, without the op that dri_coll_op fills and
+ * world group, whose arguments the caller checked: when it runs through
+ * the flags with no asynchronous call of the world to wait for, runs it
+ * here at once (dri_run_op, without the op that dri_coll_op fills and
  * dri_submit copies and orders: as long as the flags' own work, README,
  * Benchmarks), and returns 1 with *err its status; else 0, and the
  * caller takes the usual way. */

@@ -43,6 +43,13 @@
  * the CPU, and with DISTRUN_SPIN_US=0 nobody spins: one look. */
 #define LOOKS 32
 
+/* The looks a lean call takes at a peer past the first before it hands
+ * the wait on: LOOKS, or none (above). */
+static int looks_max(void)
+{
+	return dri_cs.oversub || !dri_cs.spin_us ? 0 : LOOKS;
+}
+
 int dri_cs_lean_ok(int p, int tiny)
 {
 	/* Flat; no rooted call to settle (dri_cs_settle); for the tiny
@@ -122,8 +129,7 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 			  .root = -1 };
 	uint64_t n = dri_cs.ncall++, e;
 	int k = (int)(n % DRI_SEG_CALLS);
-	int looks = dri_cs.oversub || !dri_cs.spin_us ? 0 : LOOKS;
-	int i = 0;
+	int looks = looks_max(), i = 0;
 	dr_err err;
 
 	dri_ctl_world_begin(&id);
@@ -175,10 +181,7 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		if (!err && bytes)
 			err = tiny_sum(&id, buf, bytes, p, r, tiny_off(e));
 	}
-	dri_ctl_end(err);
-	if (err)
-		dri_abandon(err);
-	return err;
+	return dri_call_end(coll, err);
 }
 
 /* Whether rank i's record of call n (index k) is there for phase e and is
@@ -208,7 +211,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	/* a broadcast's root and a reduce's others write; the rest read
 	 * the root's record (from), or every other's (-1) */
 	const int from = coll == DRI_BROADCAST ? root : -1;
-	int looks = dri_cs.oversub || !dri_cs.spin_us ? 0 : LOOKS, i = 0;
+	int looks = looks_max(), i = 0;
 	struct rec rec = { .n = n, .open = 1,
 			   .id = { .coll = coll, .seq = seq, .count = count,
 				   .dtype = (int32_t)dtype,
@@ -277,14 +280,14 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	if (!*err)
 		dri_cs_arrive_later(r, rec.first, p);
 	dri_cs_keep(&rec);
-	if (i == p && !*err) {
-		dri_ctl_world_end();
-		return 1;
-	}
-	if (i == p)
+	if (i == p) {
+		/* (not handed over: the world slot is still ours) */
+		if (!*err) {
+			dri_ctl_world_end();
+			return 1;
+		}
 		dri_ctl_world_adopt();
-	dri_ctl_end(*err);
-	if (*err)
-		dri_abandon(*err);
+	}
+	dri_call_end(coll, *err);
 	return 1;
 }

@@ -278,17 +278,20 @@ dr_err dri_run_op(dri_op *op)
 	err = dri_transport_check();
 	if (!err) {
 		dri_ctl_begin(&op->id, -1, 0);
-		err = op->run(op);
-		dri_ctl_end(err);
-		/* The abort rule (group.h), but for the monitored barrier,
-		 * after whose timeout the group goes on by design. */
-		if (err && op->id.coll != DRI_MONITORED_BARRIER)
-			dri_abandon(err);
+		err = dri_call_end(op->id.coll, op->run(op));
 	}
 	if (op->release)
 		op->release(op);
 	free(op->counts);
 	op->counts = NULL;
+	return err;
+}
+
+dr_err dri_call_end(dri_coll coll, dr_err err)
+{
+	dri_ctl_end(err);
+	if (err && coll != DRI_MONITORED_BARRIER)
+		dri_abandon(err);
 	return err;
 }
 

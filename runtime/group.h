@@ -128,5 +128,11 @@ int dri_world_take_seq(int (*ok)(void *), void *arg, uint64_t *seq);
  * timeout leaves the group usable); algorithms call it before they free
  * requests still posted. */
 void dri_abandon(dr_err err);
+/* The end of a call of coll run on the calling thread (dri_run_op, and
+ * coll_shm*.c's quick ways, which build no op or one of their own): its
+ * control-block record closed with err, then the abort rule, but for
+ * the monitored barrier (after whose timeout the group goes on by
+ * design).  Returns err. */
+dr_err dri_call_end(dri_coll coll, dr_err err);
 
 #endif

@@ -555,7 +555,7 @@ static void mode_stranger(void)
 }
 
 /* A run of 200 small rooted calls (the quick path's rooted calls,
- * coll_shm.c: lean_rooted), more than a root may run ahead of its
+ * coll_shm_quick.c: dri_cs_lean_rooted), more than a root may run ahead of its
  * readers (LAG, coll_shm_flags.h): broadcasts of 24 bytes (3 int64,
  * the most that rides in a record) and 8 bytes, and reduces of 3 int32
  * (SUM) and one float (MAX), roots in turn, checked, and every 50th
