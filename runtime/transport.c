@@ -45,6 +45,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "announce.h"
@@ -95,11 +96,60 @@ static struct {
 static void abort_locked(dr_err err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* What a room returned: an error aborts with its message. */
+static void read_locked(int i);
+
+/* A lost peer (DR_EPEER: its connection closed, its process exited) is
+ * often not the cause but the last step of a failure elsewhere: a rank
+ * that saw a mismatch sends every peer an ABORT frame and the peers pass
+ * it on, but one whose stream to us was mid-frame (a large message half
+ * in the ring or the socket) can only close it, and leaves.  So before
+ * failing with the loss, read what the other peers already sent, and
+ * give them EXPLAIN_MS to say why (and the launcher's abort word): their
+ * reason wins.  A peer that truly crashed costs that much time once. */
+#define EXPLAIN_MS 100
+
+static int explaining; /* under loop.mu: no nested sweep */
+
+static void explain_locked(void)
+{
+	int64_t end = dri_now_ms() + EXPLAIN_MS;
+	char msg[DRI_SEG_ABORT_MSG + 1];
+
+	explaining = 1;
+	for (;;) {
+		dr_err e = dri_shm_aborted(msg, sizeof(msg));
+
+		if (e) {
+			abort_locked(e, "%s", msg);
+			break;
+		}
+		for (int i = 0; i < SIZE && !loop.abort_err; i++)
+			if (PEER(i) && PEER(i)->state == P_UP && !PEER(i)->parked)
+				read_locked(i);
+		if (loop.abort_err || dri_now_ms() >= end)
+			break;
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	explaining = 0;
+}
+
+/* What a room returned: an error aborts with its message; a lost peer
+ * first looks for the reason (above). */
 static void fail_locked(dr_err e)
 {
-	if (e)
-		abort_locked(e, "%s", dr_last_error());
+	char why[sizeof(loop.abort_msg)];
+
+	if (!e || loop.abort_err)
+		return;
+	/* A second loss while looking: the first is named.  (A peer's ABORT
+	 * that passes on a loss it saw is a reason, frames.c marks it.) */
+	if (e == DR_EPEER && explaining &&
+	    !strstr(dr_last_error(), " (reported by rank "))
+		return;
+	snprintf(why, sizeof(why), "%s", dr_last_error());
+	if (e == DR_EPEER)
+		explain_locked();
+	abort_locked(e, "%s", why);
 }
 
 static void wake_locked(void)
