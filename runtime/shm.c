@@ -25,7 +25,8 @@
  * rank that failed and rings every doorbell; without a launcher, and for
  * a rank that exits without a word, each rank holds a pidfd for each shm
  * peer it has sent to or received from (opened then, so 256 ranks do not
- * hold 255 each) and looks at them every DEATH_CHECK_MS, so a dead peer
+ * hold 255 each), all in one epoll set, and looks at them every
+ * DEATH_CHECK_MS (one epoll_wait), so a dead peer
  * is seen within that time whatever the call's timeout (without pidfds,
  * kill(pid, 0) tells the same once the peer is reaped).  A peer that
  * leaves on purpose says BYE through its ring first, and transport.c
@@ -40,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -73,6 +75,8 @@ static struct {
 	int *local;            /* world rank -> local index, -1: TCP */
 	int *world;            /* local index -> world rank, -1: none */
 	int *pidfd;            /* world rank -> pidfd, or W_* below */
+	int epfd;              /* the pidfds, one look for all; -1: none */
+	int nslow;             /* W_PID and W_GONE entries (no pidfd) */
 	int *host_of;          /* world rank -> lowest world rank on its host */
 	int npeers, ntcp;
 	int oversub;
@@ -86,7 +90,7 @@ static struct {
 	uint64_t want_val;
 	unsigned generation;   /* dri_shm_start calls */
 	int per_cpu;           /* ranks on this host per CPU we may use */
-} host_shm = { .me = -1, .wsock = -1, .ssock = -1 };
+} host_shm = { .me = -1, .wsock = -1, .ssock = -1, .epfd = -1 };
 
 static unsigned char *xport(void)
 {
@@ -302,8 +306,12 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 		return err;
 	/* Our inbound rings start empty: what an earlier process group of
 	 * ours left unread there is not for this one.  No peer writes to
-	 * us before it has our address, which is published after this. */
-	for (uint32_t s = 0; s < h->nranks; s++) {
+	 * us before it has our address, which is published after this.  A
+	 * slot that never had a process group (no pid yet) has rings nobody
+	 * wrote: left alone, for each ring's first look maps a page of the
+	 * segment (a rank per slot and a ring per pair: 256 MiB and most of
+	 * the start's time at 256 ranks). */
+	for (uint32_t s = 0; blk(host_shm.me)->pid && s < h->nranks; s++) {
 		dri_seg_ring *rg = ring((int)s, host_shm.me);
 
 		__atomic_store_n(&rg->head, __atomic_load_n(&rg->tail,
@@ -482,6 +490,10 @@ void dri_shm_stop(void)
 	for (int i = 0; host_shm.pidfd && i < host_shm.size; i++)
 		if (host_shm.pidfd[i] >= 0)
 			close(host_shm.pidfd[i]);
+	if (host_shm.epfd >= 0)
+		close(host_shm.epfd);
+	host_shm.epfd = -1;
+	host_shm.nslow = 0;
 	free(host_shm.local);
 	free(host_shm.world);
 	free(host_shm.pidfd);
@@ -712,26 +724,32 @@ void dri_shm_watch(int peer)
 	if (pid <= 0)
 		return;
 	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	/* The pidfds go into one epoll set, so that a look at all of them
+	 * is one call: a rank of 256 watches up to 255, and a poll() each
+	 * every DEATH_CHECK_MS was a third of a busy job's time. */
+	if (fd >= 0 && host_shm.epfd < 0)
+		host_shm.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (fd >= 0 && (host_shm.epfd < 0 ||
+			epoll_ctl(host_shm.epfd, EPOLL_CTL_ADD, fd,
+				  &(struct epoll_event){ .events = EPOLLIN,
+							 .data.u32 = (uint32_t)peer }))) {
+		close(fd);
+		fd = -1;
+		errno = ENOMEM; /* watched by kill(), below */
+	}
 	/* A peer that is already gone must not go unwatched (it may have
 	 * exited between two calls, and been reaped), nor one we cannot
 	 * get a pidfd for: the launcher's abort word is raised only for a
 	 * rank that failed, not for one that returned 0. */
 	host_shm.pidfd[peer] = fd >= 0 ? fd : errno == ESRCH ? W_GONE : W_PID;
+	host_shm.nslow += fd < 0;
 }
 
-/* Whether the process of watched peer i has exited. */
+/* Whether the process of peer i, watched without a pidfd, has exited. */
 static int peer_gone(int i)
 {
-	struct pollfd p;
 	int32_t pid;
 
-	if (host_shm.pidfd[i] >= 0) {
-		p = (struct pollfd){ host_shm.pidfd[i], POLLIN, 0 };
-		if (poll(&p, 1, 0) != 1)
-			return 0;
-		close(host_shm.pidfd[i]);
-		return 1;
-	}
 	if (host_shm.pidfd[i] == W_GONE)
 		return 1;
 	if (host_shm.pidfd[i] != W_PID)
@@ -744,12 +762,24 @@ static int peer_gone(int i)
 
 int dri_shm_dead_peer(int64_t now_ms)
 {
+	struct epoll_event ev;
+
 	if (!host_shm.pidfd || now_ms < host_shm.next_check)
 		return -1;
 	host_shm.next_check = now_ms + DEATH_CHECK_MS;
-	for (int i = 0; i < host_shm.size; i++)
+	if (host_shm.epfd >= 0 && epoll_wait(host_shm.epfd, &ev, 1, 0) == 1 &&
+	    (int)ev.data.u32 < host_shm.size &&
+	    host_shm.pidfd[ev.data.u32] >= 0) {
+		int i = (int)ev.data.u32;
+
+		close(host_shm.pidfd[i]); /* and so out of the set */
+		host_shm.pidfd[i] = W_SEEN;
+		return i;
+	}
+	for (int i = 0; host_shm.nslow && i < host_shm.size; i++)
 		if (peer_gone(i)) {
 			host_shm.pidfd[i] = W_SEEN;
+			host_shm.nslow--;
 			return i;
 		}
 	return -1;
