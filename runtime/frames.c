@@ -234,10 +234,10 @@ static dr_err on_payload_done(int i)
 
 		p->abort_text = NULL;
 		/* Name the rank that saw it first, once. */
-		if (t && strstr(t, " (reported by rank "))
+		if (t && strstr(t, DRI_REPORTED_BY))
 			dri_fail(e, "%s", t);
 		else
-			dri_fail(e, "%s (reported by rank %d)", t ? t : "", i);
+			dri_fail(e, "%s" DRI_REPORTED_BY "%d)", t ? t : "", i);
 		free(t);
 		return e;
 	}

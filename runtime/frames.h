@@ -9,6 +9,10 @@
 
 #include "links.h"
 
+/* What follows the text of an error a peer's ABORT frame brought (the
+ * rank that saw it first): "... (reported by rank 3)". */
+#define DRI_REPORTED_BY " (reported by rank "
+
 /* Writes what peer i's send queue holds, as far as the link takes it;
  * finished sends complete. */
 dr_err dri_frames_flush(int i);

@@ -724,25 +724,31 @@ void dri_shm_watch(int peer)
 	if (pid <= 0)
 		return;
 	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (fd < 0) {
+		/* A peer that is already gone must not go unwatched (it may
+		 * have exited between two calls, and been reaped), nor one we
+		 * cannot get a pidfd for: the launcher's abort word is raised
+		 * only for a rank that failed, not for one that returned 0. */
+		host_shm.pidfd[peer] = errno == ESRCH ? W_GONE : W_PID;
+		host_shm.nslow++;
+		return;
+	}
 	/* The pidfds go into one epoll set, so that a look at all of them
 	 * is one call: a rank of 256 watches up to 255, and a poll() each
-	 * every DEATH_CHECK_MS was a third of a busy job's time. */
-	if (fd >= 0 && host_shm.epfd < 0)
+	 * every DEATH_CHECK_MS was a third of a busy job's time.  No set,
+	 * or no room in it: watched by kill(). */
+	if (host_shm.epfd < 0)
 		host_shm.epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (fd >= 0 && (host_shm.epfd < 0 ||
-			epoll_ctl(host_shm.epfd, EPOLL_CTL_ADD, fd,
-				  &(struct epoll_event){ .events = EPOLLIN,
-							 .data.u32 = (uint32_t)peer }))) {
+	if (host_shm.epfd < 0 ||
+	    epoll_ctl(host_shm.epfd, EPOLL_CTL_ADD, fd,
+		      &(struct epoll_event){ .events = EPOLLIN,
+					     .data.u32 = (uint32_t)peer })) {
 		close(fd);
-		fd = -1;
-		errno = ENOMEM; /* watched by kill(), below */
+		host_shm.pidfd[peer] = W_PID;
+		host_shm.nslow++;
+		return;
 	}
-	/* A peer that is already gone must not go unwatched (it may have
-	 * exited between two calls, and been reaped), nor one we cannot
-	 * get a pidfd for: the launcher's abort word is raised only for a
-	 * rank that failed, not for one that returned 0. */
-	host_shm.pidfd[peer] = fd >= 0 ? fd : errno == ESRCH ? W_GONE : W_PID;
-	host_shm.nslow += fd < 0;
+	host_shm.pidfd[peer] = fd;
 }
 
 /* Whether the process of peer i, watched without a pidfd, has exited. */

@@ -144,7 +144,7 @@ static void fail_locked(dr_err e)
 	/* A second loss while looking: the first is named.  (A peer's ABORT
 	 * that passes on a loss it saw is a reason, frames.c marks it.) */
 	if (e == DR_EPEER && explaining &&
-	    !strstr(dr_last_error(), " (reported by rank "))
+	    !strstr(dr_last_error(), DRI_REPORTED_BY))
 		return;
 	snprintf(why, sizeof(why), "%s", dr_last_error());
 	if (e == DR_EPEER)
