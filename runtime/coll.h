@@ -26,6 +26,13 @@
  * two cross on loopback TCP: see scripts/bench-coll. */
 #define DRI_COLL_SMALL_BYTES ((size_t)64 << 10)
 
+/* From this many ranks (DISTRUN_TREE_FROM sets another number) the small
+ * barrier, all_reduce and all_gather over messages take trees
+ * (2 (p - 1) messages) instead of dissemination, recursive doubling and
+ * Bruck (p lg p): each message wakes a process, and on many ranks the
+ * wake-ups are the cost (docs/benchmarks.md, "Many ranks over TCP"). */
+#define DRI_COLL_MANY_RANKS 256
+
 /* All_to_all posts this many pairwise steps at once, so that a large group
  * keeps a bounded number of messages in flight. */
 #define DRI_A2A_WINDOW 8
@@ -271,12 +278,16 @@ void dri_coll_op(dri_op *op, dr_err (*run)(dri_op *), dri_coll coll,
  * (dri_coll_op); dri_coll_quick the entry points' try of the quick path
  * (1 with *err set when taken, 0 to take the usual way). */
 dr_err dri_coll_run(dri_op *op);
+/* DISTRUN_TREE_FROM (the ranks from which small calls take trees), at
+ * init: DR_EENV naming a bad value. */
+dr_err dri_coll_configure(void);
 int dri_coll_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		   dr_op redop, int root, dr_err *err);
 
 /* ------------------------------------------------- the algorithms
  * Each runs op over messages, whatever its size; coll_select.c chooses. */
 dr_err dri_barrier_dissemination(dri_op *op);
+dr_err dri_barrier_tree(dri_op *op);       /* up and down a binomial tree */
 dr_err dri_all_reduce_rd(dri_op *op);      /* recursive doubling */
 dr_err dri_all_reduce_halving(dri_op *op); /* Rabenseifner, power of 2 */
 dr_err dri_all_reduce_ring(dri_op *op);

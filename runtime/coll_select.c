@@ -17,11 +17,17 @@
  *
  * The size rules are measured ones (README's benchmarks and
  * docs/benchmarks.md): small messages take the latency-bound algorithms
- * (lg p steps), large ones those that move each byte the fewest times.
+ * (lg p steps), large ones those that move each byte the fewest times;
+ * from DRI_COLL_MANY_RANKS ranks the small barrier, all_reduce and
+ * all_gather take binomial trees (2 lg p steps but 2 (p - 1) messages,
+ * not p lg p: on many ranks each message's wake-up is what costs).
  * Each collective's file keeps its entry point and its algorithms; none
  * chooses among them.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
@@ -42,6 +48,58 @@ struct row {
 
 /* ------------------------------------------------ the flat choosers */
 
+/* From how many ranks the small calls take the trees: DISTRUN_TREE_FROM,
+ * read at init (dri_coll_configure), or DRI_COLL_MANY_RANKS. */
+static int tree_from = DRI_COLL_MANY_RANKS;
+
+dr_err dri_coll_configure(void)
+{
+	const char *s = getenv("DISTRUN_TREE_FROM");
+	char *end;
+	long v;
+
+	if (!s || !*s) {
+		v = DRI_COLL_MANY_RANKS;
+	} else {
+		errno = 0;
+		v = strtol(s, &end, 10);
+		if (errno || *end || end == s || v < 2 || v > INT_MAX)
+			return dri_fail(DR_EENV, "DISTRUN_TREE_FROM='%s': use a "
+					"number of ranks, 2 or more", s);
+	}
+	__atomic_store_n(&tree_from, (int)v, __ATOMIC_RELAXED);
+	return DR_OK;
+}
+
+/* Whether the small calls of group g take the trees. */
+static int many(const dr_group *g)
+{
+	return g->size >= __atomic_load_n(&tree_from, __ATOMIC_RELAXED);
+}
+
+static dr_err barrier_flat(dri_op *op)
+{
+	return many(op->group) ? dri_barrier_tree(op)
+			       : dri_barrier_dissemination(op);
+}
+
+/* A small all_reduce on many ranks: reduced up the binomial tree to group
+ * index 0, finished there and broadcast down the same tree (each pair's
+ * two messages go opposite ways, so they cannot be taken for each other). */
+static dr_err all_reduce_tree(dri_op *op)
+{
+	dri_op sub = *op;
+	dr_err err = dri_reduce_tree(op, 0);
+
+	if (err)
+		return err;
+	if (op->group->rank == 0)
+		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop,
+				  op->group->size);
+	sub.root = dri_peer(op->group, 0);
+	return dri_broadcast_binomial(&sub);
+}
+
 static dr_err all_reduce_flat(dri_op *op)
 {
 	size_t bytes = op->count * dr_dtype_size(op->dtype);
@@ -51,7 +109,8 @@ static dr_err all_reduce_flat(dri_op *op)
 		return DR_OK;
 	}
 	if (bytes <= DRI_COLL_SMALL_BYTES || op->count < (size_t)op->group->size)
-		return dri_all_reduce_rd(op);
+		return many(op->group) ? all_reduce_tree(op)
+				       : dri_all_reduce_rd(op);
 	if (dri_is_pow2(op->group->size))
 		return dri_all_reduce_halving(op);
 	return dri_all_reduce_ring(op);
@@ -89,6 +148,18 @@ static dr_err all_gather_flat(dri_op *op)
 		memmove(out + (size_t)g->rank * blk, op->sendbuf, blk);
 	if (p == 1)
 		return DR_OK;
+	if (many(g)) { /* gathered up the tree to index 0, then broadcast */
+		dri_op sub = *op;
+		dr_err err;
+
+		sub.sendbuf = out + (size_t)g->rank * blk;
+		err = dri_gather_tree(&sub, 0, blk);
+		if (err)
+			return err;
+		sub.root = dri_peer(g, 0);
+		sub.count = op->count * (size_t)p;
+		return dri_broadcast_binomial(&sub);
+	}
 	if (dri_is_pow2(p))
 		return dri_all_gather_rd(op, out, blk);
 	return dri_all_gather_bruck(op, out, blk);
@@ -125,7 +196,7 @@ static dr_err scatter_flat(dri_op *op)
 
 static dr_err hier_barrier(dri_op *op)
 {
-	return dri_hier_barrier(op, dri_barrier_dissemination);
+	return dri_hier_barrier(op, barrier_flat);
 }
 
 static dr_err hier_all_reduce(dri_op *op)
@@ -154,7 +225,7 @@ static dr_err hier_all_gather(dri_op *op)
 
 static const struct row rows[DRI_COLL_COUNT_] = {
 	[DRI_BARRIER] = { .quick = 1, .shm_max = SHM, .hier = hier_barrier,
-			  .flat = dri_barrier_dissemination },
+			  .flat = barrier_flat },
 	[DRI_ALL_REDUCE] = { .quick = 1, .quick_max = sizeof(uint64_t),
 			     .shm_max = SHM, .hier = hier_all_reduce,
 			     .flat = all_reduce_flat },

@@ -494,6 +494,8 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 		return err;
 	method = opts->init_method ? opts->init_method : "env://";
 	err = dri_shm_configure(opts->transport);
+	if (!err)
+		err = dri_coll_configure();
 	if (err)
 		return err;
 	err = dri_rdzv_plan_make(method, opts->rank, opts->world_size, &pgroup.plan);

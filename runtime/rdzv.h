@@ -128,7 +128,7 @@ void dri_rdzv_identity(const dri_rdzv_plan *p, char *buf, size_t size);
  * the collectives run), and "NAME=VALUE\n" for each in order ("NAME\n"
  * if unset or empty): what rank 0 publishes at init for the others to
  * compare.  0, or -1 if it does not fit in size. */
-#define DRI_RDZV_N_SETTINGS 5
+#define DRI_RDZV_N_SETTINGS 6
 extern const char *const dri_rdzv_setting_vars[DRI_RDZV_N_SETTINGS];
 int dri_rdzv_settings(char *buf, size_t size);
 /* Every rank has joined (or init failed): rank 0 removes the file it

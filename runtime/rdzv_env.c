@@ -629,7 +629,7 @@ void dri_rdzv_joined(dri_rdzv_plan *p)
  * timeout.  Every rank must have rank 0's. */
 const char *const dri_rdzv_setting_vars[DRI_RDZV_N_SETTINGS] = {
 	"DISTRUN_HIER", "DISTRUN_PRETEND_HOSTS", "DISTRUN_SHM_COLL",
-	"DISTRUN_SHM_CHUNK", "DISTRUN_SHM_DIRECT",
+	"DISTRUN_SHM_CHUNK", "DISTRUN_SHM_DIRECT", "DISTRUN_TREE_FROM",
 };
 
 int dri_rdzv_settings(char *buf, size_t size)

@@ -184,6 +184,58 @@ limits() {
 	[ -n "$fds" ] && [ "$fds" -lt 64 ]
 }
 
+# From DISTRUN_TREE_FROM ranks (256 unless set) the small barrier,
+# all_reduce and all_gather over messages go up and down binomial trees.
+# With 2 every group of the tests takes them: over TCP, and through the
+# rings with the segment's collectives off.
+@test "DISTRUN_TREE_FROM: small calls on trees are exact, subgroups too; mismatches named; fewer peers; a bad or differing value refused" {
+	local n
+	for n in 3 8; do
+		DISTRUN_TREE_FROM=2 DISTRUN_TRANSPORT=tcp passes $n all
+	done
+	# 5 ranks take the trees, the subgroup {1,3,4} too, pairs do not
+	DISTRUN_TREE_FROM=3 DISTRUN_SHM_COLL=0 passes 5 all
+	DISTRUN_TREE_FROM=2 DISTRUN_TRANSPORT=tcp ranks 3 mismatch all_gather
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q 'DR_EMISMATCH: .*all_gather(count=5, float32) but .*all_gather(count=4, float32)' <<<"$output"
+	for seed in 1 2 3 5 6 7; do
+		local np=$((2 + seed % 3)) d=$((seed * 7 % 30)) how=$((seed % 3))
+		DISTRUN_TREE_FROM=2 DISTRUN_TRANSPORT=tcp \
+			run timeout 120 "$DISTRUN" -n $np "$CTESTS/call_seq" $seed 30 $d $how
+		[ "$status" -eq 0 ] || { echo "seed $seed: $output"; return 1; }
+		local done mm
+		done=$(grep -c ': DONE$' <<<"$output" || true)
+		mm=$(grep -cE ': error at .*: DR_EMISMATCH: ' <<<"$output" || true)
+		[ "$done" -eq $np ] || [ "$mm" -eq $np ] || { echo "seed $seed: $output"; return 1; }
+	done
+	# the tree's last rank talks to its parent (and rank 0), not to lg p
+	# peers each way as dissemination, Bruck and recursive doubling do
+	local fds=()
+	for tf in 2 ""; do
+		DISTRUN_TREE_FROM=$tf DISTRUN_TRANSPORT=tcp limits 72 smoke
+		fds+=("$(sed -n 's/.*rank 71: \([0-9]*\) file descriptors open.*/\1/p' <<<"$output")")
+	done
+	echo "descriptors of rank 71: trees ${fds[0]}, default ${fds[1]}"
+	[ -n "${fds[0]}" ] && [ -n "${fds[1]}" ] && [ $((fds[0] + 6)) -le "${fds[1]}" ]
+	for bad in 1 0 -4 x 3x; do
+		DISTRUN_TREE_FROM=$bad run "$DISTRUN" --timeout 30s -n 2 "$CTESTS/coll_check" init
+		[ "$status" -ne 0 ]
+		grep -q "DR_EENV.*DISTRUN_TREE_FROM='$bad': use a number of ranks, 2 or more" <<<"$output" ||
+			{ echo "$bad: $output"; return 1; }
+	done
+	cat >"$BATS_TEST_TMPDIR/tree1" <<-'EOF2'
+	#!/bin/sh
+	[ "$RANK" = 1 ] && export DISTRUN_TREE_FROM=2
+	exec "$@"
+	EOF2
+	chmod +x "$BATS_TEST_TMPDIR/tree1"
+	run "$DISTRUN" --timeout 30s -n 3 "$BATS_TEST_TMPDIR/tree1" "$CTESTS/coll_check" init
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"[1] "*"DISTRUN_TREE_FROM is '2' on rank 1 but unset on rank 0: it must be the same on every rank"* ]] ||
+		{ echo "$output"; return 1; }
+}
+
 @test "asynchronous calls on two groups issued in opposite orders on different ranks all complete" {
 	passes 2 order
 	passes 3 order

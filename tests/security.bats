@@ -563,7 +563,8 @@ dead() {
 # until its 512 MB budget ran out and it dropped the rest, who started
 # their rendezvous again on new ports their peers never learnt; and every
 # rank sending to one rank at once had its connections accepted and
-# dropped unheard by the thousand.  About 30 s here (2 cores, 4 GB).
+# dropped unheard by the thousand.  30 s here (2 cores) on 2026-12-04; 81 s
+# on 12-05, when context switches had become dear (docs/benchmarks.md).
 @test "4096 ranks: init, barrier, all_reduce, all_gather, and all sending to rank 0 at once" {
 	[ -z "${SAN_LOGS:-}" ] || skip "4096 sanitized ranks do not fit in memory"
 	local avail
