@@ -6,7 +6,8 @@
  *                  barrier, all_reduce, all_gather, (up to 64 ranks)
  *                  all_to_all, and every rank sending to rank 0 at once;
  *                  the last rank says how many descriptors it holds
- *                  (connections are made lazily)
+ *                  after all_gather and at the end (connections are
+ *                  made lazily)
  *   oom FILE       rank 0 runs out of memory inside an all_reduce: its
  *                  peers fail at once with its reason, not at the timeout
  *                  (rank 1 creates FILE when done)
@@ -44,6 +45,11 @@ static void mode_smoke(void)
 	for (int r = 0; r < world; r++)
 		if (all[r] != r)
 			FAIL("all_gather: slot %d holds %d", r, all[r]);
+	/* the peers barrier, all_reduce and all_gather talked to: no rank
+	 * can have left yet (its closed connections would be gone) */
+	if (rank == world - 1)
+		printf("rank %d: after all_gather, %d file descriptors open\n",
+		       rank, check_dir_entries("/proc/self/fd") - 1);
 	/* all_to_all in several windows of pairwise steps (it touches every
 	 * peer, so not on the largest jobs) */
 	if (world <= 64) {
