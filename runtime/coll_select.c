@@ -83,12 +83,23 @@ static dr_err barrier_flat(dri_op *op)
 			       : dri_barrier_dissemination(op);
 }
 
-/* A small all_reduce on many ranks: reduced up the binomial tree to group
- * index 0, finished there and broadcast down the same tree (each pair's
- * two messages go opposite ways, so they cannot be taken for each other). */
-static dr_err all_reduce_tree(dri_op *op)
+/* The second half of the trees' all_reduce and all_gather: count
+ * elements of op->buf broadcast from group index 0 down the binomial tree
+ * the first half went up (each pair's two messages go opposite ways, so
+ * they cannot be taken for each other). */
+static dr_err down_from_first(const dri_op *op, size_t count)
 {
 	dri_op sub = *op;
+
+	sub.root = dri_peer(op->group, 0);
+	sub.count = count;
+	return dri_broadcast_binomial(&sub);
+}
+
+/* A small all_reduce on many ranks: reduced up the tree to group index 0
+ * and finished there. */
+static dr_err all_reduce_tree(dri_op *op)
+{
 	dr_err err = dri_reduce_tree(op, 0);
 
 	if (err)
@@ -96,8 +107,19 @@ static dr_err all_reduce_tree(dri_op *op)
 	if (op->group->rank == 0)
 		dri_reduce_finish(op->buf, op->count, op->dtype, op->redop,
 				  op->group->size);
-	sub.root = dri_peer(op->group, 0);
-	return dri_broadcast_binomial(&sub);
+	return down_from_first(op, op->count);
+}
+
+/* A small all_gather on many ranks (our block already in place in out):
+ * gathered up the tree to group index 0. */
+static dr_err all_gather_tree(const dri_op *op, char *out, size_t blk)
+{
+	dri_op sub = *op;
+	dr_err err;
+
+	sub.sendbuf = out + (size_t)op->group->rank * blk;
+	err = dri_gather_tree(&sub, 0, blk);
+	return err ? err : down_from_first(op, op->count * (size_t)op->group->size);
 }
 
 static dr_err all_reduce_flat(dri_op *op)
@@ -148,18 +170,8 @@ static dr_err all_gather_flat(dri_op *op)
 		memmove(out + (size_t)g->rank * blk, op->sendbuf, blk);
 	if (p == 1)
 		return DR_OK;
-	if (many(g)) { /* gathered up the tree to index 0, then broadcast */
-		dri_op sub = *op;
-		dr_err err;
-
-		sub.sendbuf = out + (size_t)g->rank * blk;
-		err = dri_gather_tree(&sub, 0, blk);
-		if (err)
-			return err;
-		sub.root = dri_peer(g, 0);
-		sub.count = op->count * (size_t)p;
-		return dri_broadcast_binomial(&sub);
-	}
+	if (many(g))
+		return all_gather_tree(op, out, blk);
 	if (dri_is_pow2(p))
 		return dri_all_gather_rd(op, out, blk);
 	return dri_all_gather_bruck(op, out, blk);
