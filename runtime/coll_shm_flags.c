@@ -474,7 +474,7 @@ static int same_as_seen(const struct call *c)
 static void close_past(struct rec *o)
 {
 	o->open = 0;
-	dri_cs.open &= ~((uint64_t)1 << (o->n % LAG));
+	dri_cs.open &= ~((dri_cs_bits)1 << (o->n % LAG));
 }
 
 /* Publishes call id of first phase e in rec: seq 0 while the fields
@@ -510,14 +510,25 @@ static void begin(struct call *c)
 	}
 }
 
-void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
-		     const void *src, size_t len)
+void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
+		    const void *src, size_t len)
 {
 	dri_seg_rec *rec = &dri_cs_blk(r)->call[n % DRI_SEG_CALLS];
 
 	write_rec(&rec->c, id, e, rec->data, src, len);
-	/* and its copy on up's line (seg.h) */
+}
+
+void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
+{
 	write_rec(&dri_cs_blk(r)->last, id, e, NULL, NULL, 0);
+}
+
+void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
+		     const void *src, size_t len)
+{
+	dri_cs_put_rec(r, n, id, e, src, len);
+	/* and its copy on up's line (seg.h) */
+	dri_cs_put_copy(r, id, e);
 }
 
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */
@@ -557,8 +568,11 @@ static void pay(const struct call *c)
 
 void dri_cs_wake(int p)
 {
+	/* (the waiting flag looked at here first: most often down, and
+	 * this is on the way from one arrival to the next) */
 	for (int i = 0; i < p; i++)
-		dri_shm_ring_peer(i);
+		if (__atomic_load_n(&dri_cs.blk[i]->waiting, __ATOMIC_SEQ_CST))
+			dri_shm_ring_peer(i);
 }
 
 /* Waits until waiting_for says the phase c->e is passed (for c->from,
@@ -810,7 +824,7 @@ int dri_cs_settle_quick(int p, int r, uint64_t n)
 
 void dri_cs_keep(const struct rec *rec)
 {
-	uint64_t bit = (uint64_t)1 << (rec->n % LAG);
+	dri_cs_bits bit = (dri_cs_bits)1 << (rec->n % LAG);
 
 	dri_cs.past[rec->n % LAG] = *rec;
 	if (rec->open)

@@ -26,6 +26,9 @@
  * keeps DRI_SEG_CALLS of each rank's): how far a broadcast's root may
  * run ahead of its slowest reader. */
 #define LAG (DRI_SEG_CALLS / 2)
+/* A bit for each of them. */
+typedef unsigned __int128 dri_cs_bits;
+_Static_assert(sizeof(dri_cs_bits) * 8 >= LAG, "a bit for each kept call");
 /* The lean way's reader of a small rooted call publishes at least every
  * OWE_MAX-th arrival (dri_cs_arrive_later); fewer than LAG, so that a
  * writer's settle, which waits for the call LAG calls back, never waits
@@ -78,7 +81,7 @@ struct dri_cs_state {
 	size_t sub_bytes;      /* of each small slot (0: none) */
 	size_t sub_off;        /* where they start in a half */
 	struct rec past[LAG];  /* the last LAG calls, by n % LAG */
-	uint64_t open;         /* bit k: past[k].open (close_past) */
+	dri_cs_bits open;      /* bit k: past[k].open (close_past) */
 	unsigned waits;        /* oversubscribed: waits that looked at
 				* rebalancing, counted */
 	int configured, off, oversub;
@@ -189,6 +192,14 @@ dr_err dri_cs_phase(struct call *c);
  * (c->e set). */
 void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
 		     const void *src, size_t len);
+/* Its two halves: the record of the call's number (with the data), and
+ * the copy on up's line.  A peer reads the record only once the copy is
+ * of a later call (dri_shm_read_blk) or the call is past (settle), so a
+ * barrier or all_reduce may write it after its arrival, before the next
+ * call's copy (coll_shm_quick.c). */
+void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
+		    const void *src, size_t len);
+void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e);
 /* The wake-ups, after a store to up that a sequentially consistent
  * fence has ordered before them (dri_shm_ring_peer's waiting flag
  * against the sleeper's look at up). */

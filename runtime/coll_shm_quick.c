@@ -132,14 +132,12 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	int looks = looks_max(), i = 0;
 	dr_err err;
 
-	dri_ctl_world_begin(&id);
 	/* begin and arrive (coll_shm_flags.c), all_reduce_tiny's data: the
 	 * stores to up's line (the record's copy, the data, up) last and
 	 * together, so that the line, which the others read as they wait,
 	 * is taken from them once. */
-	dri_cs_note_cpu(r);
 	e = ++dri_cs.phase;
-	dri_cs_put_call(r, n, &id, e, NULL, 0);
+	dri_cs_put_copy(r, &id, e);
 	if (bytes)
 		copy8(&me->tiny[e & 1], buf, bytes);
 	/* Arrive with a plain store, and look at the others before the
@@ -147,6 +145,15 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	 * while ours goes out (one transfer's time, not two in turn; the
 	 * floor's way).  Sleepers are looked for either way. */
 	__atomic_store_n(&me->up, e, __ATOMIC_RELEASE);
+	/* What nobody waits for comes after the arrival, while the
+	 * others' lines come in: the last peer's arrival to ours is the
+	 * round's period, the rest of the call is not (benchmarks.md).
+	 * The record of the call's number is read only once the copy is
+	 * of a later call, or the call is past (settle, which a call
+	 * that differs fails either way). */
+	dri_cs_put_rec(r, n, &id, e, NULL, 0);
+	dri_ctl_world_begin(&id);
+	dri_cs_note_cpu(r);
 	for (; i < p; i++)
 		if (i != r && !arrived(i, e, &id, k, looks))
 			break;

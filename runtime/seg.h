@@ -36,7 +36,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 7
+#define DRI_SEG_VERSION 8
 /* Bytes of each rank's control block (a multiple of the page size, so a
  * rank's block never shares a page with another's). */
 #define DRI_CTL_SIZE 16384u
@@ -82,7 +82,7 @@ typedef struct {
 
 /* A call of the world through the segment's flags, as its rank
  * published it (coll_shm.c); each rank keeps its last DRI_SEG_CALLS. */
-#define DRI_SEG_CALLS 128
+#define DRI_SEG_CALLS 256
 /* Most ranks of an all_to_all_v through the segment (coll_shm.c). */
 #define DRI_SEG_A2AV_MAX 16
 typedef struct {

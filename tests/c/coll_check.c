@@ -554,9 +554,10 @@ static void mode_stranger(void)
 	mode_all();
 }
 
-/* A run of 200 small rooted calls (the quick path's rooted calls,
+/* A run of 300 small rooted calls (the quick path's rooted calls,
  * coll_shm_quick.c: dri_cs_lean_rooted), more than a root may run ahead of its
- * readers (LAG, coll_shm_flags.h): broadcasts of 24 bytes (3 int64,
+ * readers (LAG, coll_shm_flags.h) and than a rank keeps records of
+ * (DRI_SEG_CALLS, seg.h): broadcasts of 24 bytes (3 int64,
  * the most that rides in a record) and 8 bytes, and reduces of 3 int32
  * (SUM) and one float (MAX), roots in turn, checked, and every 50th
  * a broadcast and a reduce of no data; at the 70th one rank sleeps 5 ms
@@ -565,7 +566,7 @@ static void quick_rooted(int at)
 {
 	struct timespec nap = { 0, 5000000L };
 
-	for (int j = 0; j < 200; j++) {
+	for (int j = 0; j < 300; j++) {
 		int root = (at + j) % size, k = at + j;
 
 		if (j == 70 && rank == (at / 500) % size)
