@@ -98,6 +98,8 @@ struct dri_cs_state {
 	uint64_t owed;         /* an arrival not yet published
 				* (dri_cs_arrive_later), or 0 */
 	unsigned owing;        /* arrivals left owed since the last one */
+	int prefetchw;         /* the CPU takes a line for writing ahead
+				* (PREFETCHW: dri_cs_take_line) */
 	int crowded;           /* the probe found a rank with more ranks
 				* than CPUs (the same on every rank) */
 	size_t chunk;          /* bytes of a half used per phase */
@@ -121,6 +123,20 @@ static inline int dri_cs_same_call(const dri_msg_id *a, const dri_msg_id *b)
 {
 	return a->coll == b->coll && a->count == b->count &&
 	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+}
+
+/* Takes the line at p for writing now (PREFETCHW, where the CPU has it),
+ * so that the store to it later does not wait for the line to come
+ * back from a peer that read it: x86 commits stores in order, and one
+ * that waits for its line holds every later store of the call. */
+static inline void dri_cs_take_line(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (dri_cs.prefetchw)
+		__asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)p));
+#else
+	__builtin_prefetch(p, 1);
+#endif
 }
 
 /* The call being run. */

@@ -42,6 +42,9 @@
  * With more ranks than CPUs a peer that is not there is most often off
  * the CPU, and with DISTRUN_SPIN_US=0 nobody spins: one look. */
 #define LOOKS 32
+/* How many calls ahead a small rooted call takes its record's line for
+ * writing (dri_cs_take_line): far enough for a transfer to finish. */
+#define TAKE_AHEAD 8
 
 /* The looks a lean call takes at a peer past the first before it hands
  * the wait on: LOOKS, or none (above). */
@@ -237,6 +240,10 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	dri_ctl_world_begin(id);
 	dri_cs_note_cpu(r);
 	rec.first = rec.last = ++dri_cs.phase;
+	/* The line of the record this rank writes TAKE_AHEAD calls later:
+	 * the others read it last when they settled the call it holds now,
+	 * LAG - TAKE_AHEAD calls ago or earlier. */
+	dri_cs_take_line(&dri_cs.blk[r]->call[(k + TAKE_AHEAD) % DRI_SEG_CALLS]);
 	if (from < 0 ? r != root : r == root) {
 		/* post (coll_shm_flags.c), the data in the record */
 		dri_cs_put_call(r, n, id, rec.first, buf, bytes);

@@ -7,6 +7,9 @@
  * engine's waits call.
  */
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +44,15 @@ void dri_cs_configure(void)
 	if (dri_cs.spin_us < 0)
 		dri_cs.spin_us = 0;
 	dri_cs.oversub = dri_shm_oversubscribed();
+#if defined(__x86_64__) || defined(__i386__)
+	{
+		unsigned a, b, c, d;
+
+		/* CPUID 0x80000001, ECX bit 8: PRFCHW (3DNowPrefetch) */
+		dri_cs.prefetchw = __get_cpuid(0x80000001, &a, &b, &c, &d) &&
+				   (c & (1u << 8));
+	}
+#endif
 	dri_cs.cpu = -1;
 	dri_cs.moved_ms = 0;
 	dri_cs_allowed_get();
