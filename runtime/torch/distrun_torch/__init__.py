@@ -14,6 +14,7 @@ TCPStore of env:// and tcp://, torchrun's agent store, a FileStore of
 file://), so that "distrun" takes what "gloo" takes: env://, tcp://,
 file://, torchrun, distrun -n N, mpirun/srun with MASTER_ADDR.
 """
+import atexit
 import ctypes
 import os
 import secrets
@@ -84,12 +85,15 @@ def _init_method(store, rank, size):
 
 
 def _destroy_world(why):
-    for pg in _groups:
+    groups = list(_groups)
+    for pg in groups:
         pg.close(why)
     del _groups[:]
     _world[0] = None
     if lib.dr_is_initialized():
         lib.dr_destroy_process_group()
+    for pg in groups:
+        pg.join()
 
 
 def _create_world(store, rank, size, timeout):
@@ -152,8 +156,22 @@ def _sweep_destroyed():
     for pg in list(_groups):
         if pg not in known:
             pg.close("the group was destroyed (destroy_process_group)")
+            pg.join()
             _groups.remove(pg)
 
+
+def _at_exit():
+    """A program that exits without destroy_process_group: the future
+    threads still end before the interpreter does (Owner.join says why),
+    unless a call they wait for is still out after EXIT_JOIN_S."""
+    for pg in list(_groups):
+        pg.stop_futures()
+    for pg in list(_groups):
+        pg.join(EXIT_JOIN_S)
+
+
+EXIT_JOIN_S = 2.0
+atexit.register(_at_exit)
 
 _torch_destroy = c10d.destroy_process_group
 _torch_monitored = c10d.monitored_barrier

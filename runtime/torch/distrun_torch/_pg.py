@@ -172,7 +172,8 @@ class ProcessGroupDistrun(dist.ProcessGroup):
         return W.Done(result, owner=self._owner)
 
     def close(self, why):
-        """Called once torch no longer knows this group."""
+        """Called once torch no longer knows this group; join() after
+        the library's destroy (the world's: after every group's close)."""
         if self._closed:
             return
         self._owner.stop()
@@ -180,6 +181,15 @@ class ProcessGroupDistrun(dist.ProcessGroup):
         if self._g is not None:
             lib.dr_group_destroy(self._g)
             self._g = None
+
+    def stop_futures(self):
+        """Tells this group's future threads to end once done."""
+        self._owner.stop()
+
+    def join(self, timeout=W.JOIN_S):
+        """Waits for this group's future threads to end (_work.py:
+        Owner.join says why)."""
+        self._owner.join(timeout)
 
     # ---------------------------------------------------- collectives
     def barrier(self, opts=None):

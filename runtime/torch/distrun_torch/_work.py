@@ -16,6 +16,7 @@ Async guards its handle with a lock; whoever holds it finishes the call
 (copies results back, frees the handle, completes the future).
 """
 import threading
+import time
 from collections import deque
 
 import torch
@@ -189,6 +190,11 @@ class Async(dist.Work):
             return self._fut
 
 
+# How long destroy (and the interpreter's exit) waits for the threads that
+# complete futures (Owner.join).
+JOIN_S = 10.0
+
+
 class Owner:
     """What a process group keeps of its asynchronous calls: the set that
     keeps them alive, and the thread that completes the futures asked for
@@ -209,6 +215,10 @@ class Owner:
             # point-to-point calls complete in any order: one thread each
             t = threading.Thread(target=w.wait, daemon=True,
                                  name="distrun-p2p-future")
+            with self._cv:
+                self._p2p_threads = [x for x in self._p2p_threads
+                                     if x.is_alive()]
+                self._p2p_threads.append(t)
             t.start()
             return
         with self._cv:
@@ -260,3 +270,22 @@ class Owner:
             if self._thread is not None:
                 self._q.append(None)
                 self._cv.notify()
+
+    def join(self, timeout=JOIN_S):
+        """Waits, at most timeout seconds in all, for the threads that
+        complete futures to end, once stop() has told them to and the
+        library's destroy has ended or failed every call they wait for.
+        A thread of ours still inside torch when the interpreter exits
+        (completing a future runs its callbacks in C++: DDP's) is stopped
+        by Python when it next takes the GIL, and where that happens in
+        a C++ frame that may not throw, the process dies of
+        std::terminate ("terminate called without an active exception",
+        SIGABRT) after the program has done everything right."""
+        me = threading.current_thread()
+        end = time.monotonic() + timeout
+        with self._cv:
+            threads = [t for t in [self._thread] + self._p2p_threads
+                       if t is not None and t is not me]
+            self._p2p_threads = []
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
