@@ -176,7 +176,7 @@ class ProcessGroupDistrun(dist.ProcessGroup):
         the library's destroy (the world's: after every group's close)."""
         if self._closed:
             return
-        self._owner.stop()
+        self.stop_futures()
         self._closed = why
         if self._g is not None:
             lib.dr_group_destroy(self._g)
