@@ -481,13 +481,14 @@ static void close_past(struct rec *o)
  * change (a reader takes it for none).  Release stores only: the store
  * to up that follows (a release store too) orders them for the waiters. */
 static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
-		      unsigned char *data, const void *src, size_t n)
+		      int32_t mark, unsigned char *data, const void *src,
+		      size_t n)
 {
 	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	if (n)
 		memcpy(data, src, n);
-	__atomic_store_n(&rec->coll, (int32_t)id->coll, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->coll, (int32_t)id->coll | mark, __ATOMIC_RELAXED);
 	__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
 	__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
 	__atomic_store_n(&rec->op, id->op, __ATOMIC_RELAXED);
@@ -515,12 +516,14 @@ void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
 {
 	dri_seg_rec *rec = &dri_cs_blk(r)->call[n % DRI_SEG_CALLS];
 
-	write_rec(&rec->c, id, e, rec->data, src, len);
+	write_rec(&rec->c, id, e, 0, rec->data, src, len);
 }
 
 void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
 {
-	write_rec(&dri_cs_blk(r)->last, id, e, NULL, NULL, 0);
+	write_rec(&dri_cs_blk(r)->last, id, e,
+		  dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0, NULL,
+		  NULL, 0);
 }
 
 void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,

@@ -74,6 +74,9 @@ struct dri_cs_state {
 	unsigned use;
 	uint64_t ncall;        /* calls through the flags */
 	uint64_t safe;         /* every other rank's up has reached it */
+	uint64_t checked;      /* 1 + the seq of the latest call found the
+				* same on every rank by this one (the lean
+				* way's; seg.h: DRI_SEG_PREV_CHECKED) */
 	uint64_t need[2];      /* half h is written again once every
 				* other rank's up reaches need[h] */
 	unsigned sub;          /* small slots used */

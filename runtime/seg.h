@@ -36,7 +36,7 @@
 #include "distrun.h"
 
 #define DRI_SEG_MAGIC 0x47455344u /* "DSEG" */
-#define DRI_SEG_VERSION 8
+#define DRI_SEG_VERSION 9
 /* Bytes of each rank's control block (a multiple of the page size, so a
  * rank's block never shares a page with another's). */
 #define DRI_CTL_SIZE 16384u
@@ -91,6 +91,13 @@ typedef struct {
 	uint64_t count;
 	int32_t coll, dtype, op, root;
 } dri_seg_call;
+/* In coll of the copy on up's line (never in a record): the rank's call
+ * before this one went through the flags, was seq - 1, and the rank
+ * found every other rank's record of it the same as its own (the lean
+ * barrier and all_reduce, coll_shm_quick.c).  A peer still at that call
+ * that sees the copy of this one needs no look at the record: its call
+ * was checked against this rank's from both sides. */
+#define DRI_SEG_PREV_CHECKED (1 << 30)
 
 /* Bytes of a rooted call's data that ride in its record (below). */
 #define DRI_SEG_INLINE 24

@@ -133,7 +133,8 @@ static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
 	    (phase && __atomic_load_n(&c->phase, __ATOMIC_ACQUIRE) != phase))
 		return 0;
 	*id = (dri_msg_id){
-		.coll = (uint32_t)__atomic_load_n(&c->coll, __ATOMIC_RELAXED),
+		.coll = (uint32_t)(__atomic_load_n(&c->coll, __ATOMIC_RELAXED) &
+				   ~DRI_SEG_PREV_CHECKED),
 		.seq = seq,
 		.count = __atomic_load_n(&c->count, __ATOMIC_RELAXED),
 		.dtype = __atomic_load_n(&c->dtype, __ATOMIC_RELAXED),
@@ -143,6 +144,21 @@ static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
 	/* Still that call: the peer did not move on while we read. */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 1;
+}
+
+/* Whether c is a rank's copy (on up's line) of its call seq + 1 that
+ * says it checked its call seq against every other rank's
+ * (DRI_SEG_PREV_CHECKED): a seqlock read as dri_shm_read_at's. */
+static inline int dri_shm_checked_at(const dri_seg_call *c, uint64_t seq)
+{
+	int32_t coll;
+
+	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 2)
+		return 0;
+	coll = __atomic_load_n(&c->coll, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 2 &&
+	       (coll & DRI_SEG_PREV_CHECKED);
 }
 
 /* dri_shm_read_call from rank block b (its record k: 0 ..
