@@ -291,8 +291,12 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		*err = dri_cs_take_wait(&c, from);
 		rec.open = c.rec.open;
 	} else {
-		/* every record ours: a reduce's root has checked them all */
-		rec.open = from >= 0;
+		/* every record ours: a reduce's root has checked them all,
+		 * a broadcast's reader only its root's, all when p = 2 (its
+		 * settle would read the root's record of the call again, a
+		 * line the root takes for writing at about that time:
+		 * benchmarks.md) */
+		rec.open = from >= 0 && p > 2;
 	}
 	if (!*err) {
 		if (from >= 0) {
