@@ -211,14 +211,16 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 }
 
 /* Whether rank i's record of call n (index k) is there for phase e and is
- * our call, after at most `looks` looks. */
+ * our call, after at most `looks` looks; *ahead cleared if it was not
+ * there at the first. */
 static int rec_arrived(int i, uint64_t e, const dri_msg_id *id, int k,
-		       int looks)
+		       int looks, int *ahead)
 {
 	const dri_seg_call *c = &dri_cs.blk[i]->call[k].c;
 	dri_msg_id theirs;
 
 	for (int n = 0; !dri_shm_read_at(c, id->seq, e, &theirs); n++) {
+		*ahead = 0;
 		if (n >= looks)
 			return 0;
 		dri_cpu_relax();
@@ -237,7 +239,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	/* a broadcast's root and a reduce's others write; the rest read
 	 * the root's record (from), or every other's (-1) */
 	const int from = coll == DRI_BROADCAST ? root : -1;
-	int looks = looks_max(), i = 0;
+	int looks = looks_max(), i = 0, ahead = 1;
 	struct rec rec = { .n = n, .open = 1,
 			   .id = { .coll = coll, .seq = seq, .count = count,
 				   .dtype = (int32_t)dtype,
@@ -272,7 +274,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	dri_cs_put_call(r, n, id, rec.first, NULL, 0);
 	for (; i < p; i++)
 		if (i != r && (from < 0 || i == from) &&
-		    !rec_arrived(i, rec.first, id, k, looks))
+		    !rec_arrived(i, rec.first, id, k, looks, &ahead))
 			break;
 	*err = DR_OK;
 	if (i < p) {
@@ -301,9 +303,15 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	if (!*err) {
 		if (from >= 0) {
 			copy8(buf, dri_cs.blk[root]->call[k].data, bytes);
-			/* (take's prefetch of the root's next record) */
-			__builtin_prefetch(&dri_cs.blk[root]->call[(k + 1) %
-								DRI_SEG_CALLS]);
+			/* take's prefetch of the root's next record, where
+			 * the root runs ahead: one that is not (its record
+			 * of this call came after our first look) is about
+			 * to write the next, and a copy of the line taken
+			 * now would have to be taken back from us first,
+			 * a transfer in the root's call (benchmarks.md) */
+			if (ahead && i == p)
+				__builtin_prefetch(&dri_cs.blk[root]->call[
+					(k + 1) % DRI_SEG_CALLS]);
 		} else {
 			*err = tiny_sum(id, buf, bytes, p, r,
 					offsetof(dri_seg_rank, call) +
