@@ -752,9 +752,7 @@ dr_err dri_cs_take_wait(struct call *c, int from)
 	if (c->first && from < 0 && (err = check_all(c, &c->rec)))
 		return err;
 	c->first = 0;
-	/* A reader of one rank has not seen the others' calls, unless
-	 * that rank is the only other one. */
-	c->rec.open |= from >= 0 && c->p > 2;
+	c->rec.open |= dri_cs_reader_open(c->p, from);
 	used(c, c->e);
 	/* A root runs ahead: its record of our next call is likely there
 	 * already; fetch it while we copy and arrive. */

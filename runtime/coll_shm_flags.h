@@ -128,6 +128,14 @@ static inline int dri_cs_same_call(const dri_msg_id *a, const dri_msg_id *b)
 	       a->dtype == b->dtype && a->op == b->op && a->root == b->root;
 }
 
+/* Whether a rooted call's reader keeps the call open for its settle
+ * (dri_cs_settle): one that read a single rank's record (from >= 0) has
+ * not seen the others' calls, unless that rank is the only other one. */
+static inline int dri_cs_reader_open(int p, int from)
+{
+	return from >= 0 && p > 2;
+}
+
 /* Takes the line at p for writing now (PREFETCHW, where the CPU has it),
  * so that the store to it later does not wait for the line to come
  * back from a peer that read it: x86 commits stores in order, and one

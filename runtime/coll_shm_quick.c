@@ -298,7 +298,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		 * settle would read the root's record of the call again, a
 		 * line the root takes for writing at about that time:
 		 * benchmarks.md) */
-		rec.open = from >= 0 && p > 2;
+		rec.open = dri_cs_reader_open(p, from);
 	}
 	if (!*err) {
 		if (from >= 0) {
@@ -309,7 +309,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 			 * to write the next, and a copy of the line taken
 			 * now would have to be taken back from us first,
 			 * a transfer in the root's call (benchmarks.md) */
-			if (ahead && i == p)
+			if (ahead)
 				__builtin_prefetch(&dri_cs.blk[root]->call[
 					(k + 1) % DRI_SEG_CALLS]);
 		} else {

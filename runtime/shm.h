@@ -123,18 +123,17 @@ int dri_shm_read_call(int peer, int k, uint64_t seq, uint64_t phase,
  * data of a small rooted call is (seg.h: dri_seg_rec). */
 int dri_shm_read_rec(int peer, int k, uint64_t seq, uint64_t phase,
 		     dri_msg_id *id);
-/* The call in record c into *id if it is seq's (and of first phase
- * phase, unless 0): a seqlock read, 0 if it is another or changed.
- * Inline: the quick path (coll_shm_quick.c) reads it at every call. */
-static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
-				  uint64_t phase, dri_msg_id *id)
+/* The call in record c into *id as written (coll with its marks) if it
+ * is seq's (and of first phase phase, unless 0): a seqlock read, 0 if it
+ * is another or changed. */
+static inline int dri_shm_read_raw(const dri_seg_call *c, uint64_t seq,
+				   uint64_t phase, dri_msg_id *id)
 {
 	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
 	    (phase && __atomic_load_n(&c->phase, __ATOMIC_ACQUIRE) != phase))
 		return 0;
 	*id = (dri_msg_id){
-		.coll = (uint32_t)(__atomic_load_n(&c->coll, __ATOMIC_RELAXED) &
-				   ~DRI_SEG_PREV_CHECKED),
+		.coll = (uint32_t)__atomic_load_n(&c->coll, __ATOMIC_RELAXED),
 		.seq = seq,
 		.count = __atomic_load_n(&c->count, __ATOMIC_RELAXED),
 		.dtype = __atomic_load_n(&c->dtype, __ATOMIC_RELAXED),
@@ -146,19 +145,26 @@ static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
 	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 1;
 }
 
+/* The same, the call alone (no marks).  Inline: the quick path
+ * (coll_shm_quick.c) reads it at every call. */
+static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
+				  uint64_t phase, dri_msg_id *id)
+{
+	if (!dri_shm_read_raw(c, seq, phase, id))
+		return 0;
+	id->coll &= ~(uint32_t)DRI_SEG_PREV_CHECKED;
+	return 1;
+}
+
 /* Whether c is a rank's copy (on up's line) of its call seq + 1 that
  * says it checked its call seq against every other rank's
- * (DRI_SEG_PREV_CHECKED): a seqlock read as dri_shm_read_at's. */
+ * (DRI_SEG_PREV_CHECKED). */
 static inline int dri_shm_checked_at(const dri_seg_call *c, uint64_t seq)
 {
-	int32_t coll;
+	dri_msg_id next;
 
-	if (__atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) != seq + 2)
-		return 0;
-	coll = __atomic_load_n(&c->coll, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	return __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq + 2 &&
-	       (coll & DRI_SEG_PREV_CHECKED);
+	return dri_shm_read_raw(c, seq + 1, 0, &next) &&
+	       (next.coll & DRI_SEG_PREV_CHECKED);
 }
 
 /* dri_shm_read_call from rank block b (its record k: 0 ..
