@@ -195,7 +195,10 @@ page_requests() {
 	cat >>"$P/act.html" <<-'EOF'
 	<script>
 	var svg = document.getElementById('s0-lanes');
-	var r = svg.querySelector('rect.w[data-r="2"]');
+	// rank 2's unfinished barrier (world seq 1): not the first rect of
+	// the lane, which is init's barrier (seq 0) when that one took long
+	// enough to get a rect of its own (under ASan)
+	var r = svg.querySelector('rect.w.unf[data-r="2"]');
 	r.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: 500, clientY: 100 }));
 	document.body.setAttribute('data-tip', document.getElementById('tip').textContent.replace(/\n/g, ' | '));
 	document.body.setAttribute('data-link', svg.querySelector('polyline.link').getAttribute('points').split(' ').length);
