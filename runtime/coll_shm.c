@@ -19,7 +19,7 @@
 #include "coll.h"
 #include "coll_shm.h"
 #include "coll_shm_flags.h"
-#include "ctl.h"
+#include "ctl_write.h"
 #include "cuda_driver.h"
 #include "shm.h"
 #include "transport.h"

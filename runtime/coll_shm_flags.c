@@ -477,26 +477,6 @@ static void close_past(struct rec *o)
 	dri_cs.open &= ~((dri_cs_bits)1 << (o->n % LAG));
 }
 
-/* Publishes call id of first phase e in rec: seq 0 while the fields
- * change (a reader takes it for none).  Release stores only: the store
- * to up that follows (a release store too) orders them for the waiters. */
-static void write_rec(dri_seg_call *rec, const dri_msg_id *id, uint64_t e,
-		      int32_t mark, unsigned char *data, const void *src,
-		      size_t n)
-{
-	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	if (n)
-		memcpy(data, src, n);
-	__atomic_store_n(&rec->coll, (int32_t)id->coll | mark, __ATOMIC_RELAXED);
-	__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
-	__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
-	__atomic_store_n(&rec->op, id->op, __ATOMIC_RELAXED);
-	__atomic_store_n(&rec->root, id->root, __ATOMIC_RELAXED);
-	__atomic_store_n(&rec->phase, e, __ATOMIC_RELAXED);
-	__atomic_store_n(&rec->seq, id->seq + 1, __ATOMIC_RELEASE);
-}
-
 /* The next phase; at the call's first, its record (seg.h), which the
  * peers read once up shows the phase. */
 static void begin(struct call *c)
@@ -509,29 +489,6 @@ static void begin(struct call *c)
 		dri_cs_put_call(c->r, c->rec.n, &c->op->id, c->e, c->inl_src,
 				c->inl_len);
 	}
-}
-
-void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
-		    const void *src, size_t len)
-{
-	dri_seg_rec *rec = &dri_cs_blk(r)->call[n % DRI_SEG_CALLS];
-
-	write_rec(&rec->c, id, e, 0, rec->data, src, len);
-}
-
-void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
-{
-	write_rec(&dri_cs_blk(r)->last, id, e,
-		  dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0, NULL,
-		  NULL, 0);
-}
-
-void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
-		     const void *src, size_t len)
-{
-	dri_cs_put_rec(r, n, id, e, src, len);
-	/* and its copy on up's line (seg.h) */
-	dri_cs_put_copy(r, id, e);
 }
 
 /* Arrives at c->e (flat) and wakes whoever may wait for it. */
@@ -567,15 +524,6 @@ static void pay(const struct call *c)
 		dri_cs_arrive_at(c->r, dri_cs.owed, c->p);
 	dri_cs.owed = 0;
 	dri_cs.owing = 0;
-}
-
-void dri_cs_wake(int p)
-{
-	/* (the waiting flag looked at here first: most often down, and
-	 * this is on the way from one arrival to the next) */
-	for (int i = 0; i < p; i++)
-		if (__atomic_load_n(&dri_cs.blk[i]->waiting, __ATOMIC_SEQ_CST))
-			dri_shm_ring_peer(i);
 }
 
 /* Waits until waiting_for says the phase c->e is passed (for c->from,

@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "coll.h"
 #include "seg.h"
@@ -187,7 +188,10 @@ struct call {
  * settings, and every flag's count from 0 again. */
 void dri_cs_configure(void);
 /* World rank i's block of the segment (dri_shm_blk, kept). */
-dri_seg_rank *dri_cs_blk(int i);
+static inline dri_seg_rank *dri_cs_blk(int i)
+{
+	return dri_cs.blk[i];
+}
 /* The lines of the records of the calls (seg.h: call), which each call
  * writes and reads one of, into this rank's cache: they would
  * otherwise come one a call in the first DRI_SEG_CALLS calls, cold
@@ -198,8 +202,20 @@ void dri_cs_warm(int r, int peers);
 /* The CPUs this thread may use, into dri_cs.allowed (dri_cs.allowed_n:
  * the call when looked); their number, 0 if unknown. */
 int dri_cs_allowed_get(void);
-/* Publishes the CPU rank r runs on, if it changed (seg.h: cpu). */
-void dri_cs_note_cpu(int r);
+/* Publishes the CPU rank r runs on, if it changed (seg.h: cpu).  (Inline,
+ * as the records' writes and the wake-ups below: they run on every small
+ * call, between one arrival and the next, where a call's own cost shows:
+ * benchmarks.md.) */
+static inline void dri_cs_note_cpu(int r)
+{
+	int k = sched_getcpu();
+
+	k = k < 0 ? 0 : k + 1;
+	if (k != dri_cs.cpu) {
+		dri_cs.cpu = k;
+		__atomic_store_n(&dri_cs_blk(r)->cpu, k, __ATOMIC_RELAXED);
+	}
+}
 /* A waiting rank of a flat call c whose CPU has more of the call's ranks
  * than another CPU it may use moves to the one with the fewest (at most
  * once every 10 ms; coll_shm_state.c says why). */
@@ -217,20 +233,64 @@ dr_err dri_cs_phase(struct call *c);
  * seqlock writes) and the record's copy on up's line; the peers' wake-ups after an arrival; and the wait for
  * every rank and the checks of a phase whose begin and arrival are done
  * (c->e set). */
-void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
-		     const void *src, size_t len);
+static inline void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id,
+				    uint64_t e, int32_t mark,
+				    unsigned char *data, const void *src,
+				    size_t n)
+{
+	/* seq 0 while the fields change (a reader takes it for none);
+	 * release stores only: the store to up that follows (a release
+	 * store too) orders them for the waiters */
+	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	if (n)
+		memcpy(data, src, n);
+	__atomic_store_n(&rec->coll, (int32_t)id->coll | mark, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->count, id->count, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->dtype, id->dtype, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->op, id->op, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->root, id->root, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->phase, e, __ATOMIC_RELAXED);
+	__atomic_store_n(&rec->seq, id->seq + 1, __ATOMIC_RELEASE);
+}
+
 /* Its two halves: the record of the call's number (with the data), and
  * the copy on up's line.  A peer reads the record only once the copy is
  * of a later call (dri_shm_read_blk) or the call is past (settle), so a
  * barrier or all_reduce may write it after its arrival, before the next
  * call's copy (coll_shm_quick.c). */
-void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id, uint64_t e,
-		    const void *src, size_t len);
-void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e);
+static inline void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id,
+				  uint64_t e, const void *src, size_t len)
+{
+	dri_seg_rec *rec = &dri_cs_blk(r)->call[n % DRI_SEG_CALLS];
+
+	dri_cs_write_rec(&rec->c, id, e, 0, rec->data, src, len);
+}
+
+static inline void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
+{
+	dri_cs_write_rec(&dri_cs_blk(r)->last, id, e,
+			 dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0,
+			 NULL, NULL, 0);
+}
+
+static inline void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id,
+				   uint64_t e, const void *src, size_t len)
+{
+	dri_cs_put_rec(r, n, id, e, src, len);
+	dri_cs_put_copy(r, id, e);
+}
+
 /* The wake-ups, after a store to up that a sequentially consistent
  * fence has ordered before them (dri_shm_ring_peer's waiting flag
- * against the sleeper's look at up). */
-void dri_cs_wake(int p);
+ * against the sleeper's look at up).  (The waiting flag looked at here
+ * first: most often down.) */
+static inline void dri_cs_wake(int p)
+{
+	for (int i = 0; i < p; i++)
+		if (__atomic_load_n(&dri_cs.blk[i]->waiting, __ATOMIC_SEQ_CST))
+			dri_shm_ring_peer(i);
+}
 dr_err dri_cs_phase_wait(struct call *c);
 /* Arrives at phase e as rank r (of p) and wakes whoever may wait for it:
  * a rooted call's writer or reader (post, done). */

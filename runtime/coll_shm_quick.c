@@ -32,7 +32,7 @@
 
 #include "coll.h"
 #include "coll_shm_flags.h"
-#include "ctl.h"
+#include "ctl_write.h"
 #include "reduce.h"
 #include "shm.h"
 #include "timeout.h"

@@ -24,11 +24,6 @@
 /* This process's calls through the flags (coll_shm_flags.h). */
 struct dri_cs_state dri_cs;
 
-dri_seg_rank *dri_cs_blk(int i)
-{
-	return dri_cs.blk[i];
-}
-
 void dri_cs_configure(void)
 {
 	const char *e = getenv("DISTRUN_SHM_COLL"), *spin = getenv("DISTRUN_SPIN_US");
@@ -106,17 +101,6 @@ int dri_cs_allowed_get(void)
 	dri_cs.nallowed = sched_getaffinity(0, sizeof(dri_cs.allowed), &dri_cs.allowed)
 			     ? 0 : CPU_COUNT(&dri_cs.allowed);
 	return dri_cs.nallowed;
-}
-
-void dri_cs_note_cpu(int r)
-{
-	int k = sched_getcpu();
-
-	k = k < 0 ? 0 : k + 1;
-	if (k != dri_cs.cpu) {
-		dri_cs.cpu = k;
-		__atomic_store_n(&dri_cs_blk(r)->cpu, k, __ATOMIC_RELAXED);
-	}
 }
 
 /* With no more ranks than CPUs, two can still end up queued on one CPU

@@ -24,15 +24,13 @@
 #include <unistd.h>
 
 #include "contract.h"
+#include "ctl_write.h"
 #include "error.h"
 
-/* This rank's control block in the segment (NULL: nothing published). */
-static dri_ctl *own_block;
-/* Coarse by default: a fraction of the precise clock's cost, to the
- * kernel's tick (1-4 ms), which stall reports, time in collectives (an
- * unbiased sum over many calls) and barrier skew (>= 50 ms) need; exact
- * with DISTRUN_CTL=precise, which distrun sets for --trace. */
-static clockid_t clk = CLOCK_MONOTONIC_COARSE;
+/* This rank's control block in the segment (NULL: nothing published) and
+ * the clock of its times (ctl_write.h). */
+dri_ctl *dri_ctl_own;
+clockid_t dri_ctl_clk = CLOCK_MONOTONIC_COARSE;
 
 /* The call this thread is in (one at a time: a collective never starts
  * another on the same thread, nor does a blocking send). */
@@ -43,35 +41,15 @@ static _Thread_local struct {
 	dri_ctl_call call;      /* a call without a slot */
 } this_call;
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* The seqlock around a slot's update: odd while written. */
-static void slot_open(dri_ctl_slot *s)
-{
-	__atomic_store_n(&s->ver, s->ver + 1, __ATOMIC_RELAXED);
-	DRI_CTL_FENCE(__ATOMIC_RELEASE);
-}
-
-static void slot_close(dri_ctl_slot *s)
-{
-	__atomic_store_n(&s->ver, s->ver + 1, __ATOMIC_RELEASE);
-}
-
 void dri_ctl_attach(int rank, int world_size)
 {
 	const char *mode = getenv(DRI_ENV_CTL);
 
-	own_block = NULL;
+	dri_ctl_own = NULL;
 	/* DISTRUN_CTL=off: publish nothing (to measure what it costs). */
 	if (mode && !strcmp(mode, "off"))
 		return;
-	clk = mode && !strcmp(mode, "precise") ? CLOCK_MONOTONIC
+	dri_ctl_clk = mode && !strcmp(mode, "precise") ? CLOCK_MONOTONIC
 					       : CLOCK_MONOTONIC_COARSE;
 	dri_ctl_attach_to(dri_seg_ctl(dri_seg_local_rank()), rank, world_size);
 }
@@ -101,7 +79,7 @@ void dri_ctl_attach_to(dri_ctl *c, int rank, int world_size)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 
-	own_block = NULL;
+	dri_ctl_own = NULL;
 	if (!c)
 		return;
 	/* The flight recorder's pages are first written in the program's
@@ -124,41 +102,22 @@ void dri_ctl_attach_to(dri_ctl *c, int rank, int world_size)
 	{
 		struct timespec res;
 
-		c->clock_res_ns = clock_getres(clk, &res) ? 0 :
+		c->clock_res_ns = clock_getres(dri_ctl_clk, &res) ? 0 :
 				  (uint32_t)(res.tv_sec * 1000000000 + res.tv_nsec);
 	}
-	c->t_attach = now_ns();
+	c->t_attach = dri_ctl_now_ns();
 	c->t_user = c->t_attach;
 	c->version = DRI_CTL_VERSION;
 	__atomic_store_n(&c->magic, DRI_CTL_MAGIC, __ATOMIC_RELEASE);
-	own_block = c;
+	dri_ctl_own = c;
 }
 
 void dri_ctl_detach(void)
 {
-	if (!own_block)
+	if (!dri_ctl_own)
 		return;
-	__atomic_store_n(&own_block->finished, 1, __ATOMIC_RELEASE);
-	own_block = NULL;
-}
-
-/* A call starts: into c (a slot's, open if s is set). */
-static inline void call_fill(dri_ctl_call *c, const dri_msg_id *id, int peer,
-			     int peer_send)
-{
-	c->group_id = id->group_id;
-	c->coll = id->coll;
-	c->seq = id->seq;
-	c->count = id->count;
-	c->bytes = id->dtype >= 0 ? id->count * dr_dtype_size(id->dtype) : 0;
-	c->dtype = id->dtype;
-	c->op = id->op;
-	c->root = id->root;
-	c->peer = peer;
-	c->peer_send = peer_send;
-	c->status = 0;
-	c->t_start = now_ns();
-	c->t_end = 0;
+	__atomic_store_n(&dri_ctl_own->finished, 1, __ATOMIC_RELEASE);
+	dri_ctl_own = NULL;
 }
 
 void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
@@ -166,12 +125,12 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 	dri_ctl_slot *s;
 	dri_ctl_call *c;
 
-	if (!own_block)
+	if (!dri_ctl_own)
 		return;
 	if (id->coll == DRI_P2P)
-		s = &own_block->slot[DRI_CTL_P2P];
+		s = &dri_ctl_own->slot[DRI_CTL_P2P];
 	else
-		s = id->group_id < DRI_CTL_GROUPS ? &own_block->slot[id->group_id] : NULL;
+		s = id->group_id < DRI_CTL_GROUPS ? &dri_ctl_own->slot[id->group_id] : NULL;
 	/* Written in place: the slot's call, or ours for a group without
 	 * one (the ring gets a copy at the end). */
 	c = s ? &s->call : &this_call.call;
@@ -179,33 +138,20 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 	this_call.slot = s;
 	this_call.cur = c;
 	if (s)
-		slot_open(s);
-	call_fill(c, id, peer, peer_send);
+		dri_ctl_slot_open(s);
+	dri_ctl_call_fill(c, id, peer, peer_send);
 	if (s) {
 		s->state = DRI_CTL_IN_CALL;
-		slot_close(s);
+		dri_ctl_slot_close(s);
 	}
-}
-
-void dri_ctl_world_begin(const dri_msg_id *id)
-{
-	dri_ctl_slot *s;
-
-	if (!own_block)
-		return;
-	s = &own_block->slot[DRI_CTL_WORLD];
-	slot_open(s);
-	call_fill(&s->call, id, -1, 0);
-	s->state = DRI_CTL_IN_CALL;
-	slot_close(s);
 }
 
 void dri_ctl_world_adopt(void)
 {
-	if (!own_block)
+	if (!dri_ctl_own)
 		return;
 	this_call.active = 1;
-	this_call.slot = &own_block->slot[DRI_CTL_WORLD];
+	this_call.slot = &dri_ctl_own->slot[DRI_CTL_WORLD];
 	this_call.cur = &this_call.slot->call;
 }
 
@@ -222,67 +168,21 @@ void dri_ctl_wait(int peer, int is_send)
 	s->progress++;
 	if (s->call.peer == peer && s->call.peer_send == is_send)
 		return;
-	slot_open(s);
+	dri_ctl_slot_open(s);
 	s->call.peer = peer;
 	s->call.peer_send = is_send;
-	slot_close(s);
-}
-
-/* Call c ended with err at t: its slot s (if any) goes idle, and it
- * goes into the ring. */
-static inline void call_finish(dri_ctl_slot *s, dri_ctl_call *c, dr_err err,
-			       int64_t t)
-{
-	dri_ctl_rec *r;
-	uint64_t idx;
-	int world = c->group_id == 0 && c->coll != DRI_P2P;
-
-	if (s)
-		slot_open(s);
-	c->t_end = t;
-	c->status = err;
-	if (s) {
-		s->state = DRI_CTL_IDLE;
-		s->ncalls++;
-		s->ns_in_calls += t - c->t_start;
-		slot_close(s);
-	}
-	if (world) {
-		/* The world's ring has one writer: no atomic add, the head
-		 * moves once the record is whole. */
-		idx = own_block->ring_head[DRI_CTL_WORLD];
-		r = &own_block->ring_world[idx % DRI_CTL_RING_WORLD];
-	} else {
-		idx = __atomic_fetch_add(&own_block->ring_head[DRI_CTL_OTHER], 1,
-					 __ATOMIC_RELAXED);
-		r = &own_block->ring_other[idx % DRI_CTL_RING_OTHER];
-	}
-	__atomic_store_n(&r->ver, 2 * idx + 1, __ATOMIC_RELAXED);
-	DRI_CTL_FENCE(__ATOMIC_RELEASE);
-	r->call = *c;
-	__atomic_store_n(&r->ver, 2 * idx + 2, __ATOMIC_RELEASE);
-	if (world)
-		__atomic_store_n(&own_block->ring_head[DRI_CTL_WORLD], idx + 1,
-				 __ATOMIC_RELEASE);
-	__atomic_store_n(&own_block->t_user, c->t_end, __ATOMIC_RELAXED);
+	dri_ctl_slot_close(s);
 }
 
 void dri_ctl_end(dr_err err)
 {
 	dri_ctl_slot *s = this_call.slot;
 
-	if (!own_block || !this_call.active)
+	if (!dri_ctl_own || !this_call.active)
 		return;
 	this_call.active = 0;
 	this_call.slot = NULL;
-	call_finish(s, this_call.cur, err, now_ns());
-}
-
-void dri_ctl_world_end(void)
-{
-	if (own_block)
-		call_finish(&own_block->slot[DRI_CTL_WORLD],
-			    &own_block->slot[DRI_CTL_WORLD].call, DR_OK, now_ns());
+	dri_ctl_call_finish(s, this_call.cur, err, dri_ctl_now_ns());
 }
 
 /* ------------------------------------------------ who is behind */
@@ -314,7 +214,7 @@ size_t dri_ctl_behind(uint32_t group_id, uint64_t seq, int self, char *out,
 		      size_t len)
 {
 	const dri_seg_hdr *h = dri_seg_get();
-	int64_t now = now_ns();
+	int64_t now = dri_ctl_now_ns();
 	size_t at = 0;
 	int named = 0, more = 0;
 
@@ -323,16 +223,16 @@ size_t dri_ctl_behind(uint32_t group_id, uint64_t seq, int self, char *out,
 	out[0] = 0;
 	/* Only the world: every rank is a member, so an empty slot is a
 	 * rank that has not called at all. */
-	if (!own_block || !h || group_id != 0)
+	if (!dri_ctl_own || !h || group_id != 0)
 		return 0;
 	for (uint32_t l = 0; l < h->nranks; l++) {
 		const dri_ctl *c = dri_seg_ctl((int)l);
 		dri_ctl_slot sl;
 		char st, how[96];
 
-		if (!c || c == own_block ||
+		if (!c || c == dri_ctl_own ||
 		    __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) != DRI_CTL_MAGIC ||
-		    c->rank == self || c->world_size != own_block->world_size ||
+		    c->rank == self || c->world_size != dri_ctl_own->world_size ||
 		    __atomic_load_n(&c->finished, __ATOMIC_ACQUIRE) ||
 		    dri_ctl_read_slot(c, DRI_CTL_WORLD, &sl))
 			continue;

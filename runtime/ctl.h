@@ -29,7 +29,8 @@
  * the kernel's tick, clock_res_ns) unless DISTRUN_CTL=precise (--trace).
  *
  * Both the launcher (cmd/diag/, through contract.h) and libdistrun
- * (runtime/ctl.c) include this file; only ctl.c writes.
+ * (runtime/ctl.c) include this file; only ctl.c and ctl_write.h (its
+ * inline part, on every call's way) write.
  */
 #ifndef DRI_CTL_H
 #define DRI_CTL_H
@@ -207,9 +208,8 @@ void dri_ctl_end(dr_err err);
  * begin fills the world's slot alone; dri_ctl_world_adopt makes it the
  * thread's call before a wait (for dri_ctl_wait, then dri_ctl_end);
  * dri_ctl_world_end ends one that did not wait, with DR_OK. */
-void dri_ctl_world_begin(const dri_msg_id *id);
 void dri_ctl_world_adopt(void);
-void dri_ctl_world_end(void);
+/* (dri_ctl_world_begin and dri_ctl_world_end: inline, in ctl_write.h) */
 /* The transport waits to send to (or receive from) peer now, inside the
  * call this thread is in (a request completed since the last time). */
 void dri_ctl_wait(int peer, int is_send);
