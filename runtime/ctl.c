@@ -49,8 +49,8 @@ void dri_ctl_attach(int rank, int world_size)
 	/* DISTRUN_CTL=off: publish nothing (to measure what it costs). */
 	if (mode && !strcmp(mode, "off"))
 		return;
-	dri_ctl_clk = mode && !strcmp(mode, "precise") ? CLOCK_MONOTONIC
-					       : CLOCK_MONOTONIC_COARSE;
+	dri_ctl_clk = mode && !strcmp(mode, "precise")
+			      ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE;
 	dri_ctl_attach_to(dri_seg_ctl(dri_seg_local_rank()), rank, world_size);
 }
 
