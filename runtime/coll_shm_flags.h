@@ -229,18 +229,22 @@ dr_err dri_cs_phase(struct call *c);
 /* The phase's steps, for the quick path (coll_shm_quick.c), which does
  * the first ones itself (after dri_cs_note_cpu) and hands the rest on
  * when a wait is not over at once: rank r's record of its n-th call
- * through the flags (id, first phase e, len bytes of data from src;
- * seqlock writes) and the record's copy on up's line; the peers' wake-ups after an arrival; and the wait for
- * every rank and the checks of a phase whose begin and arrival are done
- * (c->e set). */
+ * through the flags (id, first phase e, len bytes of data from src) and
+ * the record's copy on up's line (dri_cs_put_call); the peers' wake-ups
+ * after an arrival (dri_cs_wake); and the wait for every rank and the
+ * checks of a phase whose begin and arrival are done (c->e set:
+ * dri_cs_phase_wait).  (Inline, those on every small call's way.) */
+dr_err dri_cs_phase_wait(struct call *c);
+
+/* Publishes call id of first phase e in rec (with mark in its coll, and
+ * n bytes of data from src): seq 0 while the fields change (a reader
+ * takes it for none).  Release stores only: the store to up that
+ * follows (a release store too) orders them for the waiters. */
 static inline void dri_cs_write_rec(dri_seg_call *rec, const dri_msg_id *id,
 				    uint64_t e, int32_t mark,
 				    unsigned char *data, const void *src,
 				    size_t n)
 {
-	/* seq 0 while the fields change (a reader takes it for none);
-	 * release stores only: the store to up that follows (a release
-	 * store too) orders them for the waiters */
 	__atomic_store_n(&rec->seq, 0, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	if (n)
@@ -291,7 +295,6 @@ static inline void dri_cs_wake(int p)
 		if (__atomic_load_n(&dri_cs.blk[i]->waiting, __ATOMIC_SEQ_CST))
 			dri_shm_ring_peer(i);
 }
-dr_err dri_cs_phase_wait(struct call *c);
 /* Arrives at phase e as rank r (of p) and wakes whoever may wait for it:
  * a rooted call's writer or reader (post, done). */
 void dri_cs_arrive_at(int r, uint64_t e, int p);

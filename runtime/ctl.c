@@ -137,13 +137,7 @@ void dri_ctl_begin(const dri_msg_id *id, int peer, int peer_send)
 	this_call.active = 1;
 	this_call.slot = s;
 	this_call.cur = c;
-	if (s)
-		dri_ctl_slot_open(s);
-	dri_ctl_call_fill(c, id, peer, peer_send);
-	if (s) {
-		s->state = DRI_CTL_IN_CALL;
-		dri_ctl_slot_close(s);
-	}
+	dri_ctl_slot_begin(s, c, id, peer, peer_send);
 }
 
 void dri_ctl_world_adopt(void)

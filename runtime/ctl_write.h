@@ -64,6 +64,21 @@ static inline void dri_ctl_call_fill(dri_ctl_call *c, const dri_msg_id *id,
 	c->t_end = 0;
 }
 
+/* A call starts in slot s (NULL: none, the ring only), written into c:
+ * the slot's call, or the thread's own for a group without a slot. */
+static inline void dri_ctl_slot_begin(dri_ctl_slot *s, dri_ctl_call *c,
+				      const dri_msg_id *id, int peer,
+				      int peer_send)
+{
+	if (s)
+		dri_ctl_slot_open(s);
+	dri_ctl_call_fill(c, id, peer, peer_send);
+	if (s) {
+		s->state = DRI_CTL_IN_CALL;
+		dri_ctl_slot_close(s);
+	}
+}
+
 /* Call c ended with err at t: its slot s (if any) goes idle, and it
  * goes into the ring. */
 static inline void dri_ctl_call_finish(dri_ctl_slot *s, dri_ctl_call *c,
@@ -112,10 +127,7 @@ static inline void dri_ctl_world_begin(const dri_msg_id *id)
 	if (!dri_ctl_own)
 		return;
 	s = &dri_ctl_own->slot[DRI_CTL_WORLD];
-	dri_ctl_slot_open(s);
-	dri_ctl_call_fill(&s->call, id, -1, 0);
-	s->state = DRI_CTL_IN_CALL;
-	dri_ctl_slot_close(s);
+	dri_ctl_slot_begin(s, &s->call, id, -1, 0);
 }
 
 static inline void dri_ctl_world_end(void)
