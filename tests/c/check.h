@@ -18,11 +18,16 @@
 
 #include <distrun.h>
 
+/*
+ * One write for the whole line: the launcher may stop this rank between
+ * two writes when another rank failed first, and a line cut after its
+ * "rank R: " would say nothing.
+ */
 #define DIE(...)                                                             \
 	do {                                                                 \
-		fprintf(stderr, "rank %d: ", rank);                          \
-		fprintf(stderr, __VA_ARGS__);                                \
-		fputc('\n', stderr);                                         \
+		char die_[2048];                                             \
+		snprintf(die_, sizeof die_, __VA_ARGS__);                    \
+		fprintf(stderr, "rank %d: %s\n", rank, die_);                \
 		exit(1);                                                     \
 	} while (0)
 
