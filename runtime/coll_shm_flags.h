@@ -35,6 +35,22 @@ _Static_assert(sizeof(dri_cs_bits) * 8 >= LAG, "a bit for each kept call");
  * writer's settle, which waits for the call LAG calls back, never waits
  * for an arrival owed by a rank that makes no more calls. */
 #define OWE_MAX 16
+/* A reader of small rooted calls (the lean way's) that finds its writers
+ * not there yet at its first look, call after call from the same root,
+ * is in lock-step with them: its looks take the lines they are writing,
+ * and each call pays two transfers of a line in turn.  After `every`
+ * such reads in a row (struct dri_cs_lead) it keeps off their lines for
+ * DRI_CS_STEP_NS once, in which they run ahead of it (up to LAG calls:
+ * 40-64 here) and, the faster side once nobody takes their lines, stay
+ * ahead (docs/benchmarks.md).  A step after which they are behind again within
+ * DRI_CS_LEAD_JUDGE reads did not help (the writers wait for this rank:
+ * a request and its answer) and doubles `every`, up to
+ * DRI_CS_LEAD_EVERY_MAX, so that such a loop loses at most a step in
+ * that many calls; one that helped sets it back to DRI_CS_LEAD_EVERY. */
+#define DRI_CS_LEAD_EVERY 1u
+#define DRI_CS_LEAD_JUDGE 8u
+#define DRI_CS_LEAD_EVERY_MAX 4096u
+#define DRI_CS_STEP_NS 4000
 /* Rooted calls of at most SUB_BYTES go through one of NSUB small slots
  * at the end of the halves (NSUB / 2 in each, with halves of at least
  * SUB_HALF_MIN bytes: up to 16 ranks), taken in turn, so that NSUB of
@@ -65,6 +81,17 @@ struct rec {
 	uint64_t n, first, last;
 	dri_msg_id id;
 	int open;
+};
+
+/* What the lean way's reader of small rooted calls knows of its lead
+ * (DRI_CS_STEP_NS above; coll_shm_quick.c's lead_note). */
+struct dri_cs_lead {
+	int root, coll;        /* of the last read (root -1: none) */
+	unsigned behind;       /* reads in a row that found the writers
+				* not there yet */
+	unsigned every;        /* such reads before a step back */
+	unsigned judge;        /* after a step: 1 + the reads since that
+				* found them there; else 0 */
 };
 
 /* This process's place in the sequence of phases and uses (the same on
@@ -106,6 +133,7 @@ struct dri_cs_state {
 				* (PREFETCHW: dri_cs_take_line) */
 	int crowded;           /* the probe found a rank with more ranks
 				* than CPUs (the same on every rank) */
+	struct dri_cs_lead lead; /* the lean reader's lock-step count */
 	size_t chunk;          /* bytes of a half used per phase */
 	const char *in[DRI_SEG_SHM_MAX]; /* reduction inputs, rank order */
 	int nblk;              /* ranks blk holds (0: none yet) */

@@ -26,10 +26,15 @@
  * sleep with its deadline, counted from then), the same checks and the
  * same messages.  So the lean way changes no behaviour, only the cost
  * of the common case.
+ *
+ * A reader of small rooted calls that keeps finding its writers not
+ * there yet steps back once for a few us (lead_note, coll_shm_flags.h's
+ * DRI_CS_STEP_NS): its looks at their lines were what held them back.
  */
 #include <stddef.h>
 #include <string.h>
 
+#include "clock.h"
 #include "coll.h"
 #include "coll_shm_flags.h"
 #include "ctl_write.h"
@@ -210,11 +215,23 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	return dri_call_end(coll, err);
 }
 
+/* Keeps off the writers' lines for DRI_CS_STEP_NS (dri_cs.lead). */
+static void step_back(void)
+{
+	const int64_t until = dri_now_ns() + DRI_CS_STEP_NS;
+
+	do {
+		for (int j = 0; j < 16; j++)
+			dri_cpu_relax();
+	} while (dri_now_ns() < until);
+}
+
 /* Whether rank i's record of call n (index k) is there for phase e and is
  * our call, after at most `looks` looks; *ahead cleared if it was not
- * there at the first. */
+ * there at the first, and then, if *step is 1, a step back before the
+ * next look (*step 2 after it: one a call). */
 static int rec_arrived(int i, uint64_t e, const dri_msg_id *id, int k,
-		       int looks, int *ahead)
+		       int looks, int *ahead, int *step)
 {
 	const dri_seg_call *c = &dri_cs.blk[i]->call[k].c;
 	dri_msg_id theirs;
@@ -223,9 +240,44 @@ static int rec_arrived(int i, uint64_t e, const dri_msg_id *id, int k,
 		*ahead = 0;
 		if (n >= looks)
 			return 0;
-		dri_cpu_relax();
+		if (*step == 1) {
+			step_back();
+			*step = 2;
+		} else {
+			dri_cpu_relax();
+		}
 	}
 	return dri_cs_same_call(&theirs, id);
+}
+
+/* The reader's lock-step count after a read (dri_cs.lead): ahead, its
+ * writers were there at its first look; stepped, it stepped back. */
+static void lead_note(dri_coll coll, int root, int ahead, int stepped)
+{
+	struct dri_cs_lead *l = &dri_cs.lead;
+
+	if (root != l->root || (int)coll != l->coll) {
+		l->root = root;
+		l->coll = (int)coll;
+		l->behind = l->judge = 0;
+	} else if (stepped) {
+		l->behind = 0;
+		l->judge = 1;
+	} else if (l->judge && !ahead) {
+		/* behind again before DRI_CS_LEAD_JUDGE reads: the step
+		 * did not help (the writers wait for this rank) */
+		if (l->every < DRI_CS_LEAD_EVERY_MAX)
+			l->every *= 2;
+		l->judge = 0;
+		l->behind = 1;
+	} else if (l->judge) {
+		if (++l->judge > DRI_CS_LEAD_JUDGE) {
+			l->every = DRI_CS_LEAD_EVERY;
+			l->judge = 0;
+		}
+	} else {
+		l->behind = ahead ? 0 : l->behind + 1;
+	}
 }
 
 int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
@@ -239,7 +291,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	/* a broadcast's root and a reduce's others write; the rest read
 	 * the root's record (from), or every other's (-1) */
 	const int from = coll == DRI_BROADCAST ? root : -1;
-	int looks = looks_max(), i = 0, ahead = 1;
+	int looks = looks_max(), i = 0, ahead = 1, step;
 	struct rec rec = { .n = n, .open = 1,
 			   .id = { .coll = coll, .seq = seq, .count = count,
 				   .dtype = (int32_t)dtype,
@@ -272,10 +324,14 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		return 1;
 	}
 	dri_cs_put_call(r, n, id, rec.first, NULL, 0);
+	step = looks && !dri_cs.lead.judge &&
+	       dri_cs.lead.behind >= dri_cs.lead.every &&
+	       root == dri_cs.lead.root && (int)coll == dri_cs.lead.coll;
 	for (; i < p; i++)
 		if (i != r && (from < 0 || i == from) &&
-		    !rec_arrived(i, rec.first, id, k, looks, &ahead))
+		    !rec_arrived(i, rec.first, id, k, looks, &ahead, &step))
 			break;
+	lead_note(coll, root, ahead, step == 2);
 	*err = DR_OK;
 	if (i < p) {
 		/* The general way from here: take's wait (after begin), its

@@ -66,6 +66,9 @@ void dri_cs_configure(void)
 	dri_cs.checked = 0;
 	dri_cs.owed = 0;
 	dri_cs.owing = 0;
+	dri_cs.lead.root = -1;
+	dri_cs.lead.behind = dri_cs.lead.judge = 0;
+	dri_cs.lead.every = DRI_CS_LEAD_EVERY;
 	dri_cs.use = dri_cs.sub = 0;
 	memset(dri_cs.need, 0, sizeof(dri_cs.need));
 	memset(dri_cs.need_sub, 0, sizeof(dri_cs.need_sub));

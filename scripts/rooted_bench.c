@@ -5,15 +5,20 @@
  * the median of the slowest rank's; for a broadcast whose root runs
  * ahead of its readers that is a reader's wait, not what a loop of them
  * costs, which is what this gives.  scripts/mpi/rooted_mpi_bench.c is
- * the same loop on MPI; scripts/bench-rooted sets them side by side
- * with the floor (scripts/floor_barrier.c).
+ * the same loop on MPI; scripts/bench-anchor sets them side by side
+ * with the floor (scripts/floor_barrier.c), and scripts/bench-ab-small
+ * two builds' loops.
  *
  *   distrun -n N build/bench/rooted_bench [ITERS [BYTES]]
  *
  * Prints from rank 0 "op=broadcast n=N bytes=B us=X" and the same for
  * reduce (float32 SUM to rank 0; broadcast from rank 0), after 1000
- * unmeasured calls of each.  An error ends it with the call's message
- * and status 1.
+ * unmeasured calls of each; then "op=answered ..." for ITERS / 10
+ * rounds of a broadcast that every other rank answers with a send of
+ * the same bytes to rank 0, which receives them in rank order: a root
+ * that waits for its readers between its calls, the loop a reader's
+ * step back (coll_shm_flags.h, DRI_CS_STEP_NS) could slow.  An error
+ * ends it with the call's message and status 1.
  */
 #include <distrun.h>
 #include <stdio.h>
@@ -35,6 +40,32 @@ static dr_err call(int reduce, float *buf, size_t count)
 {
 	return reduce ? dr_reduce(buf, count, DR_FLOAT32, DR_SUM, 0, NULL, NULL)
 		      : dr_broadcast(buf, count, DR_FLOAT32, 0, NULL, NULL);
+}
+
+/* A broadcast from rank 0 that every other rank answers (main above). */
+static void answered(int rank, float *buf, size_t count, int rounds)
+{
+	const int p = dr_get_world_size();
+	double t;
+
+	check(dr_barrier(NULL, NULL, NULL, 0), "barrier");
+	t = now_s();
+	for (int i = 0; i < rounds; i++) {
+		check(dr_broadcast(buf, count, DR_FLOAT32, 0, NULL, NULL),
+		      "broadcast");
+		if (rank)
+			check(dr_send(buf, count, DR_FLOAT32, 0, 0, NULL),
+			      "send");
+		for (int j = 1; !rank && j < p; j++)
+			check(dr_recv(buf, count, DR_FLOAT32, j, 0, NULL,
+				      NULL), "recv");
+	}
+	t = now_s() - t;
+	check(dr_all_reduce(&t, 1, DR_FLOAT64, DR_MAX, NULL, NULL),
+	      "all_reduce");
+	if (rank == 0)
+		printf("op=answered n=%d bytes=%zu us=%.3f\n", p, count * 4,
+		       t / rounds * 1e6);
 }
 
 int main(int argc, char **argv)
@@ -70,6 +101,7 @@ int main(int argc, char **argv)
 			printf("op=%s n=%d bytes=%zu us=%.3f\n", name[op],
 			       dr_get_world_size(), count * 4, t / iters * 1e6);
 	}
+	answered(rank, buf, count, iters / 10 ? iters / 10 : 1);
 	check(dr_destroy_process_group(), "destroy");
 	return 0;
 }
