@@ -357,23 +357,23 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		rec.open = dri_cs_reader_open(p, from);
 	}
 	if (!*err) {
-		if (from >= 0) {
+		if (from >= 0)
 			copy8(buf, dri_cs.blk[root]->call[k].data, bytes);
-			/* take's prefetch of the root's next record, where
-			 * the root runs ahead: one that is not (its record
-			 * of this call came after our first look) is about
-			 * to write the next, and a copy of the line taken
-			 * now would have to be taken back from us first,
-			 * a transfer in the root's call (benchmarks.md) */
-			if (ahead)
-				__builtin_prefetch(&dri_cs.blk[root]->call[
-					(k + 1) % DRI_SEG_CALLS]);
-		} else {
+		else
 			*err = tiny_sum(id, buf, bytes, p, r,
 					offsetof(dri_seg_rank, call) +
 					(size_t)k * sizeof(dri_seg_rec) +
 					offsetof(dri_seg_rec, data));
-		}
+		/* take's prefetch of the writers' next records, where they
+		 * run ahead: one that does not (its record of this call
+		 * came after our first look) is about to write the next,
+		 * and a copy of the line taken now would have to be taken
+		 * back from us first, a transfer in its call
+		 * (benchmarks.md) */
+		for (int j = 0; ahead && j < p; j++)
+			if (j != r && (from < 0 || j == from))
+				__builtin_prefetch(&dri_cs.blk[j]->call[
+					(k + 1) % DRI_SEG_CALLS]);
 	}
 	if (!*err)
 		dri_cs_arrive_later(r, rec.first, p);
