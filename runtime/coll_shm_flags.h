@@ -40,9 +40,10 @@ _Static_assert(sizeof(dri_cs_bits) * 8 >= LAG, "a bit for each kept call");
  * is in lock-step with them: its looks take the lines they are writing,
  * and each call pays two transfers of a line in turn.  After `every`
  * such reads in a row (struct dri_cs_lead) it keeps off their lines for
- * DRI_CS_STEP_NS once, in which they run ahead of it (up to LAG calls:
- * 40-64 here) and, the faster side once nobody takes their lines, stay
- * ahead (docs/benchmarks.md).  A step after which they are behind again within
+ * DRI_CS_STEP_NS once, in which they run ahead of it (about 40 calls
+ * at the 0.1 us a call of the fast mode here; LAG at most) and, the
+ * faster side once nobody takes their lines, stay ahead
+ * (docs/benchmarks.md).  A step after which they are behind again within
  * DRI_CS_LEAD_JUDGE reads did not help (the writers wait for this rank:
  * a request and its answer) and doubles `every`, up to
  * DRI_CS_LEAD_EVERY_MAX, so that such a loop loses at most a step in
