@@ -186,7 +186,8 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		return 1;
 	if (!dri_world_take_seq(quick_ok, g, &seq))
 		return 0;
-	if (root < 0 && dri_cs_lean_ok(g->size, coll == DRI_ALL_REDUCE)) {
+	if (root < 0 && dri_cs_lean_ok(g->size, g->rank,
+				      coll == DRI_ALL_REDUCE)) {
 		*err = dri_cs_lean(g, seq, coll, buf, count, dtype, redop);
 		return 1;
 	}

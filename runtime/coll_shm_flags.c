@@ -772,6 +772,35 @@ int dri_cs_settle_quick(int p, int r, uint64_t n)
 	return 1;
 }
 
+int dri_cs_close_quick(int p, int r, uint64_t n, uint64_t seq, int checked)
+{
+	dri_msg_id theirs;
+
+	/* the open ones by their bits, in any order: the general way,
+	 * which a call that differs goes on to, names the oldest */
+	for (dri_cs_bits b = dri_cs.open; b; b &= b - 1) {
+		uint64_t lo = (uint64_t)b;
+		int j = lo ? __builtin_ctzll(lo)
+			   : 64 + __builtin_ctzll((uint64_t)(b >> 64));
+		struct rec *o = &dri_cs.past[j];
+		int k = (int)(o->n % DRI_SEG_CALLS);
+
+		if (o->n >= n)
+			continue;
+		/* (a peer that checked the call before ours against every
+		 * rank's said so in its copy of ours: no record to read) */
+		for (int i = 0; i < p && !(checked && o->id.seq + 1 == seq);
+		     i++)
+			if (i != r &&
+			    !(dri_shm_read_at(&dri_cs_blk(i)->call[k].c,
+					      o->id.seq, o->first, &theirs) &&
+			      dri_cs_same_call(&theirs, &o->id)))
+				return 0;
+		close_past(o);
+	}
+	return 1;
+}
+
 void dri_cs_keep(const struct rec *rec)
 {
 	dri_cs_bits bit = (dri_cs_bits)1 << (rec->n % LAG);

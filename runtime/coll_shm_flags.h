@@ -357,6 +357,14 @@ int dri_cs_any_open(void);
  * is not ours (the general way's settle then waits, or names who
  * differs). */
 int dri_cs_settle_quick(int p, int r, uint64_t n);
+/* Closes the calls before call n (seq its number) still open, once
+ * every other rank of p has arrived past them (the lean way's barrier
+ * and all_reduce, all there): each checked against every other rank's
+ * record of it, or, for the call just before, by a peer's word that it
+ * checked it (checked: a copy of call n with DRI_SEG_PREV_CHECKED).  1
+ * if all were ours; 0 at the first that is not (the general way's
+ * check then names who differs). */
+int dri_cs_close_quick(int p, int r, uint64_t n, uint64_t seq, int checked);
 /* Keeps call rec among the last LAG, open (to check at settle) or not. */
 void dri_cs_keep(const struct rec *rec);
 /* The half for the next use (*h), or the next small slot; writes: this
@@ -373,9 +381,9 @@ char *dri_cs_inl_data(const struct call *c, int r);
 /* ----------------------------------------- the lean way (coll_shm_quick.c) */
 
 /* Whether a blocking barrier (tiny 0) or all_reduce of at most 8 bytes
- * (tiny 1) of p ranks, whose number dri_shm_quick took, may go the lean
- * way now. */
-int dri_cs_lean_ok(int p, int tiny);
+ * (tiny 1) of p ranks (this one r), whose number dri_shm_quick took, may
+ * go the lean way now. */
+int dri_cs_lean_ok(int p, int r, int tiny);
 /* Runs it (seq its number; the arguments checked) as run_call would,
  * its control block, deadline and abort rule as dri_run_op's. */
 dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,

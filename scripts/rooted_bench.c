@@ -17,8 +17,11 @@
  * rounds of a broadcast that every other rank answers with a send of
  * the same bytes to rank 0, which receives them in rank order: a root
  * that waits for its readers between its calls, the loop a reader's
- * step back (coll_shm_flags.h, DRI_CS_STEP_NS) could slow.  An error
- * ends it with the call's message and status 1.
+ * step back (coll_shm_flags.h, DRI_CS_STEP_NS) could slow; then
+ * "op=bcast_ar ..." and "op=reduce_ar ..." for ITERS rounds of that
+ * rooted call followed by an all_reduce of the same bytes (float32
+ * SUM): a training step's small calls, the time of a round (the pair).
+ * An error ends it with the call's message and status 1.
  */
 #include <distrun.h>
 #include <stdio.h>
@@ -68,6 +71,33 @@ static void answered(int rank, float *buf, size_t count, int rounds)
 		       t / rounds * 1e6);
 }
 
+/* ITERS rounds of a rooted call and an all_reduce (main above). */
+static void paired(int reduce, int rank, float *buf, size_t count, int iters)
+{
+	float ar[64] = { 1 };
+	double t;
+
+	for (int i = 0; i < 1000; i++) {
+		check(call(reduce, buf, count), "rooted call");
+		check(dr_all_reduce(ar, count, DR_FLOAT32, DR_SUM, NULL, NULL),
+		      "all_reduce");
+	}
+	check(dr_barrier(NULL, NULL, NULL, 0), "barrier");
+	t = now_s();
+	for (int i = 0; i < iters; i++) {
+		check(call(reduce, buf, count), "rooted call");
+		check(dr_all_reduce(ar, count, DR_FLOAT32, DR_SUM, NULL, NULL),
+		      "all_reduce");
+	}
+	t = now_s() - t;
+	check(dr_all_reduce(&t, 1, DR_FLOAT64, DR_MAX, NULL, NULL),
+	      "all_reduce");
+	if (rank == 0)
+		printf("op=%s n=%d bytes=%zu us=%.3f\n",
+		       reduce ? "reduce_ar" : "bcast_ar", dr_get_world_size(),
+		       count * 4, t / iters * 1e6);
+}
+
 int main(int argc, char **argv)
 {
 	int iters = argc > 1 ? atoi(argv[1]) : 100000;
@@ -102,6 +132,8 @@ int main(int argc, char **argv)
 			       dr_get_world_size(), count * 4, t / iters * 1e6);
 	}
 	answered(rank, buf, count, iters / 10 ? iters / 10 : 1);
+	paired(0, rank, buf, count, iters);
+	paired(1, rank, buf, count, iters);
 	check(dr_destroy_process_group(), "destroy");
 	return 0;
 }

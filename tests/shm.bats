@@ -358,19 +358,26 @@ rooted() {
 	rooted 20 20
 }
 
-@test "small blocking calls take the quick way and hand late ranks to the general wait: 3000 calls and runs of 200 rooted ones past the root's lead, checked, 2 to 5 ranks" {
-	for n in 2 3 5; do
-		run timeout 120 "$DISTRUN" -n $n "$CTESTS/coll_check" quick
+# coll_ok MODE: coll_check MODE on 2, 3 and 5 ranks, then on 3 with every
+# rank sleeping at once (no spin: every wait in the transport); every
+# rank says ok.
+coll_ok() {
+	local n
+	for n in 2 3 5 spin0; do
+		if [ $n = spin0 ]; then
+			n=3
+			DISTRUN_SPIN_US=0 run timeout 120 "$DISTRUN" -n $n "$CTESTS/coll_check" "$1"
+		else
+			run timeout 120 "$DISTRUN" -n $n "$CTESTS/coll_check" "$1"
+		fi
 		echo "$output"
 		[ "$status" -eq 0 ]
 		[ "$(grep -c '^\[[0-9]*\] rank [0-9]*: ok$' <<<"$output")" -eq $n ]
 	done
-	# the same with every rank sleeping at once (no spin): the hand-over
-	# alone, every wait in the transport
-	DISTRUN_SPIN_US=0 run timeout 120 "$DISTRUN" -n 3 "$CTESTS/coll_check" quick
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[ "$(grep -c '^\[[0-9]*\] rank [0-9]*: ok$' <<<"$output")" -eq 3 ]
+}
+
+@test "small blocking calls take the quick way and hand late ranks to the general wait: 3000 calls and runs of 200 rooted ones past the root's lead, checked, 2 to 5 ranks" {
+	coll_ok quick
 }
 
 @test "the writers of a rooted call may leave at once: the readers still get the data" {
@@ -412,11 +419,12 @@ rooted() {
 	[ "$(grep -c 'DR_EMISMATCH: rank 0 called all_reduce(count=2, float32, sum) but rank 1 called all_reduce(count=1, float32, sum)' <<<"$output")" -eq 3 ]
 }
 
-# rooted_differ N KIND PAIR: shm_check differ KIND on N ranks; every rank
-# reports DR_EMISMATCH with the words PAIR (the two calls, lower rank
-# first), at the odd call or at one of the barriers after it.
+# rooted_differ N KIND PAIR [allreduce]: shm_check differ KIND on N ranks;
+# every rank reports DR_EMISMATCH with the words PAIR (the two calls,
+# lower rank first), at the odd call or at one of the barriers (4 B
+# all_reduces) after it.
 rooted_differ() {
-	check "$1" differ "$2"
+	check "$1" differ "$2" $4
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$(grep -cF "DR_EMISMATCH: $3" <<<"$output")" -eq "$1" ]
@@ -453,6 +461,20 @@ rooted_differ() {
 		[ "$status" -eq 0 ]
 		[ "$(grep -cE "DR_EMISMATCH: rank [0-9] called broadcast\(count=$c, float32, root=[0-9]\) but rank [0-9] called broadcast\(count=$c, float32, root=[0-9]\)" <<<"$output")" -eq 3 ]
 	done
+}
+
+@test "small rooted calls that differ, then tiny all_reduces (the lean way, the call still open): DR_EMISMATCH on every rank, naming both" {
+	local b="broadcast(count=4, float32, root=0)"
+	for n in 2 3; do
+		rooted_differ $n small-root "rank 0 called $b but rank 1 called broadcast(count=4, float32, root=1)" allreduce
+		rooted_differ $n small-bcount "rank 0 called $b but rank 1 called broadcast(count=5, float32, root=0)" allreduce
+		rooted_differ $n small-reduce "rank 0 called $b but rank 1 called reduce(count=4, float32, sum, root=0)" allreduce
+		rooted_differ $n small-rop "rank 0 called reduce(count=4, float32, sum, root=0) but rank 1 called reduce(count=4, float32, max, root=0)" allreduce
+	done
+}
+
+@test "small rooted calls and tiny all_reduces in turn (a training step's loop), and runs of 400 rooted calls from one root before a barrier: every value right, 2 to 5 ranks, spinning or not" {
+	coll_ok mixed
 }
 
 @test "flags against messages (all_reduce against monitored_barrier): DR_EMISMATCH on every rank" {

@@ -2,7 +2,9 @@
  * rooted_mpi_bench.c - scripts/rooted_bench.c on MPI: ITERS broadcasts
  * (from rank 0) and then reduces (float32 SUM to rank 0) of BYTES in a
  * loop, after 1000 unmeasured ones, the clock around the loop only, the
- * slowest rank's mean; the same output.
+ * slowest rank's mean; then ITERS rounds of each followed by an
+ * all_reduce of the same bytes (MPI_IN_PLACE, SUM): "op=bcast_ar" and
+ * "op=reduce_ar", the time of a round.  The same output.
  *
  *   mpirun -n N rooted_mpi_bench [ITERS [BYTES]]
  */
@@ -49,6 +51,26 @@ int main(int argc, char **argv)
 		if (rank == 0)
 			printf("op=%s n=%d bytes=%d us=%.3f\n", name[op], size,
 			       count * 4, worst / iters * 1e6);
+	}
+	for (int op = 0; op < 2; op++) {
+		float ar[64] = { 1 };
+		double t = 0, worst;
+
+		for (int i = 0; i < 1000 + iters; i++) {
+			if (i == 1000) {
+				MPI_Barrier(MPI_COMM_WORLD);
+				t = MPI_Wtime();
+			}
+			call(op, buf, out, count);
+			MPI_Allreduce(MPI_IN_PLACE, ar, count, MPI_FLOAT, MPI_SUM,
+				      MPI_COMM_WORLD);
+		}
+		t = MPI_Wtime() - t;
+		MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+		if (rank == 0)
+			printf("op=%s n=%d bytes=%d us=%.3f\n",
+			       op ? "reduce_ar" : "bcast_ar", size, count * 4,
+			       worst / iters * 1e6);
 	}
 	MPI_Finalize();
 	return 0;

@@ -22,6 +22,11 @@
  *   quick           3000 small blocking calls, checked, with a rank late
  *                   now and then and rooted calls between, and runs of
  *                   200 small rooted calls (mode_quick)
+ *   mixed           runs of 400 small rooted calls from one root, each
+ *                   followed by a barrier or tiny all_reduce; then 4000
+ *                   rounds of small rooted calls (broadcast, reduce) and
+ *                   tiny all_reduces in turn, checked, a rank now and
+ *                   then late, asleep or yielding (mode_mixed)
  *
  * Prints "rank R: ok" when all went well; on a wrong value prints the first
  * bad element and exits 1.
@@ -30,6 +35,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -625,8 +631,8 @@ static void quick_rooted(int at)
  * one and two int64 (SUM, MAX) and of 2 floats (AVG), checked; every
  * 250th call one rank in turn comes 3-30 ms late (the others' short look
  * runs out and they sleep in the transport); every 40th a broadcast
- * (a rooted call, checked later: the quick way waits until it is);
- * every 500th a run of rooted calls (quick_rooted). */
+ * (a rooted call, checked later: the quick way's next barrier or
+ * all_reduce checks it once every rank is there); every 500th a run of rooted calls (quick_rooted). */
 static void mode_quick(void)
 {
 	struct timespec late = { 0, 0 };
@@ -680,6 +686,90 @@ static void mode_quick(void)
 	}
 }
 
+/* One rank of the loop a training step makes: a small rooted call (the
+ * writers go on at once, the call stays open on them until every rank
+ * is seen past it) and a tiny all_reduce right after, which writes its
+ * data where the others read the all_reduce two phases before, and
+ * checks the rooted call once all are there (coll_shm_quick.c).  4000
+ * rounds, the root changing every 7th; every 3rd round two rooted
+ * calls, every 5th a barrier between; a rank in turn sleeps 0.2 ms
+ * every 97th round, and yields every 13th: every value checked. */
+static void mode_mixed(void)
+{
+	struct timespec nap = { 0, 200000L };
+
+	/* First runs of 400 from one root, a barrier or an all_reduce
+	 * after each: the writers run ahead up to LAG calls, so the call
+	 * LAG back from the barrier must be checked before the barrier's
+	 * arrival (else a writer let past it writes that record again). */
+	for (int run = 0; run < 4; run++) {
+		int64_t v = rank;
+
+		for (int j = 0; j < 400; j++) {
+			int32_t c = rank == 0 ? j : -1;
+
+			if (run % 2) {
+				TRY(dr_reduce(&c, 1, DR_INT32, DR_MAX, 0, NULL,
+					      NULL));
+			} else {
+				TRY(dr_broadcast(&c, 1, DR_INT32, 0, NULL,
+						 NULL));
+				if (c != j)
+					DIE("mixed: run %d: broadcast %d", run,
+					    (int)c);
+			}
+		}
+		if (run < 2)
+			TRY(dr_barrier(NULL, NULL, NULL, 0));
+		TRY(dr_all_reduce(&v, 1, DR_INT64, DR_SUM, NULL, NULL));
+		if (v != (int64_t)size * (size - 1) / 2)
+			DIE("mixed: run %d: sum %lld", run, (long long)v);
+	}
+	for (int i = 0; i < 4000; i++) {
+		int root = (i / 7) % size;
+		int64_t b = rank == root ? 5000 + i : -1, v = rank + i, want = 0;
+		float f[2] = { (float)rank, (float)(i % 11) };
+
+		for (int r = 0; r < size; r++)
+			want += r + i;
+		if (i % 97 == 0 && (i / 97) % size == rank)
+			nanosleep(&nap, NULL);
+		if (i % 13 == rank % 13)
+			sched_yield();
+		for (int k = 0; k < (i % 3 ? 1 : 2); k++) {
+			if ((i + k) % 2) {
+				TRY(dr_broadcast(&b, 1, DR_INT64, root, NULL,
+						 NULL));
+				if (b != 5000 + i)
+					DIE("mixed: round %d: broadcast %lld", i,
+					    (long long)b);
+			} else {
+				int32_t c[2] = { rank, i % 100 };
+
+				TRY(dr_reduce(c, 2, DR_INT32, DR_SUM, root,
+					      NULL, NULL));
+				if (rank == root &&
+				    (c[0] != size * (size - 1) / 2 ||
+				     c[1] != size * (i % 100)))
+					DIE("mixed: round %d: reduce %d %d", i,
+					    (int)c[0], (int)c[1]);
+			}
+		}
+		if (i % 5 == 4)
+			TRY(dr_barrier(NULL, NULL, NULL, 0));
+		if (i % 2) {
+			TRY(dr_all_reduce(&v, 1, DR_INT64, DR_SUM, NULL, NULL));
+			if (v != want)
+				DIE("mixed: round %d: sum %lld, want %lld", i,
+				    (long long)v, (long long)want);
+		} else {
+			TRY(dr_all_reduce(f, 2, DR_FLOAT32, DR_MAX, NULL, NULL));
+			if (f[0] != (float)(size - 1) || f[1] != (float)(i % 11))
+				DIE("mixed: round %d: max %g %g", i, f[0], f[1]);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "all";
@@ -711,6 +801,8 @@ int main(int argc, char **argv)
 		mode_stranger();
 	else if (!strcmp(mode, "quick"))
 		mode_quick();
+	else if (!strcmp(mode, "mixed"))
+		mode_mixed();
 	else
 		DIE("unknown mode %s", mode);
 	TRY(dr_destroy_process_group());
