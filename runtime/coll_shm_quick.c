@@ -34,7 +34,8 @@
  * saw every other rank's record gives), and a tiny all_reduce writes
  * its data once the others are done with the phases before (all_past).
  * A loop of a broadcast and an all_reduce went the general way before
- * (1.1-1.2 us a pair at n=2, Open MPI 1.0; now 0.8-0.9: benchmarks.md).
+ * (1.07-1.11 us a pair at n=2, Open MPI 0.93-1.03; now 0.74-0.77:
+ * benchmarks.md).
  *
  * A reader of small rooted calls that keeps finding its writers not
  * there yet steps back once for a few us (lead_note, coll_shm_flags.h's
