@@ -109,7 +109,8 @@ int dri_cs_lean_ok(int p, int r, int tiny)
 	 * that did not wait for the others, a short look at them.  The
 	 * later rooted calls still open are closed once every rank is
 	 * there (dri_cs_close_quick). */
-	return p <= DRI_SHM_FLAT_MAX && dri_cs_settle_quick(p, r, dri_cs.ncall) &&
+	return p <= DRI_SHM_FLAT_MAX &&
+	       (!dri_cs.open || dri_cs_settle_quick(p, r, dri_cs.ncall)) &&
 	       (!tiny || dri_cs.safe >= dri_cs.phase ||
 		all_past(p, r, dri_cs.phase, LOOKS_BEFORE * looks_max()));
 }
