@@ -10,7 +10,7 @@
  *   init        init only: prints "init: NAME: message"
  *   closefd     after a barrier, the last rank closes its connected
  *               sockets under the runtime, then every rank calls a barrier
- *               and prints its error
+ *               (the others 0.2 s later) and prints its error
  *   args        calls with counts whose size wraps, NULL buffers, a dtype,
  *               op or root out of range: DR_EINVAL on the calling rank,
  *               nothing sent, then an exact all_reduce
@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -123,6 +124,12 @@ static void mode_closefd(void)
 				close(fd);
 		}
 	}
+	/* The others come 0.2 s later: the last rank waits in the barrier
+	 * first and finds its sockets closed (else a peer that sees the
+	 * connection end first fails, and the launcher stops the last rank
+	 * with that peer's failure as the cause) */
+	if (rank != size - 1)
+		nanosleep(&(struct timespec){ 0, 200000000L }, NULL);
 	e = dr_barrier(NULL, NULL, NULL, 0);
 	printf("rank %d: barrier: %s: %s\n", rank, dr_err_name(e),
 	       e ? dr_last_error() : "");
