@@ -742,11 +742,25 @@ dr_err dri_cs_settle(struct call *c)
 	return DR_OK;
 }
 
+/* Whether every other rank's record of past call o is there and is o's
+ * call (each rank past it: the records are not written again yet). */
+static int records_same(int p, int r, const struct rec *o)
+{
+	int k = (int)(o->n % DRI_SEG_CALLS);
+	dri_msg_id theirs;
+
+	for (int i = 0; i < p; i++)
+		if (i != r &&
+		    !(dri_shm_read_at(&dri_cs_blk(i)->call[k].c, o->id.seq,
+				      o->first, &theirs) &&
+		      dri_cs_same_call(&theirs, &o->id)))
+			return 0;
+	return 1;
+}
+
 int dri_cs_settle_quick(int p, int r, uint64_t n)
 {
 	struct rec *o = &dri_cs.past[n % LAG];
-	int k = (int)(o->n % DRI_SEG_CALLS);
-	dri_msg_id theirs;
 
 	if (!dri_cs.open)
 		return 1;
@@ -762,20 +776,14 @@ int dri_cs_settle_quick(int p, int r, uint64_t n)
 			return 0;
 		dri_cs.safe = low;
 	}
-	for (int i = 0; i < p; i++)
-		if (i != r &&
-		    !(dri_shm_read_at(&dri_cs_blk(i)->call[k].c, o->id.seq,
-				      o->first, &theirs) &&
-		      dri_cs_same_call(&theirs, &o->id)))
-			return 0;
+	if (!records_same(p, r, o))
+		return 0;
 	close_past(o);
 	return 1;
 }
 
 int dri_cs_close_quick(int p, int r, uint64_t n, uint64_t seq, int checked)
 {
-	dri_msg_id theirs;
-
 	/* the open ones by their bits, in any order: the general way,
 	 * which a call that differs goes on to, names the oldest */
 	for (dri_cs_bits b = dri_cs.open; b; b &= b - 1) {
@@ -783,19 +791,14 @@ int dri_cs_close_quick(int p, int r, uint64_t n, uint64_t seq, int checked)
 		int j = lo ? __builtin_ctzll(lo)
 			   : 64 + __builtin_ctzll((uint64_t)(b >> 64));
 		struct rec *o = &dri_cs.past[j];
-		int k = (int)(o->n % DRI_SEG_CALLS);
 
 		if (o->n >= n)
 			continue;
 		/* (a peer that checked the call before ours against every
 		 * rank's said so in its copy of ours: no record to read) */
-		for (int i = 0; i < p && !(checked && o->id.seq + 1 == seq);
-		     i++)
-			if (i != r &&
-			    !(dri_shm_read_at(&dri_cs_blk(i)->call[k].c,
-					      o->id.seq, o->first, &theirs) &&
-			      dri_cs_same_call(&theirs, &o->id)))
-				return 0;
+		if (!(checked && o->id.seq + 1 == seq) &&
+		    !records_same(p, r, o))
+			return 0;
 		close_past(o);
 	}
 	return 1;

@@ -82,18 +82,17 @@ static int all_past(int p, int r, uint64_t v, int looks)
 
 	for (int i = 0; i < p; i++) {
 		const dri_seg_rank *b = dri_cs.blk[i];
+		int n = 0;
 
-		for (int n = 0; i != r; n++) {
-			if (__atomic_load_n(&b->up, __ATOMIC_ACQUIRE) >= v)
-				break;
-			if (__atomic_load_n(&b->last.phase, __ATOMIC_ACQUIRE) >= v) {
-				up = 0;
-				break;
-			}
-			if (n >= looks)
+		if (i == r)
+			continue;
+		while (__atomic_load_n(&b->up, __ATOMIC_ACQUIRE) < v &&
+		       __atomic_load_n(&b->last.phase, __ATOMIC_ACQUIRE) < v) {
+			if (n++ >= looks)
 				return 0;
 			dri_cpu_relax();
 		}
+		up &= __atomic_load_n(&b->up, __ATOMIC_ACQUIRE) >= v;
 	}
 	if (up)
 		dri_cs.safe = v;

@@ -632,7 +632,8 @@ static void quick_rooted(int at)
  * 250th call one rank in turn comes 3-30 ms late (the others' short look
  * runs out and they sleep in the transport); every 40th a broadcast
  * (a rooted call, checked later: the quick way's next barrier or
- * all_reduce checks it once every rank is there); every 500th a run of rooted calls (quick_rooted). */
+ * all_reduce checks it once every rank is there); every 500th a run of
+ * rooted calls (quick_rooted). */
 static void mode_quick(void)
 {
 	struct timespec late = { 0, 0 };
@@ -711,6 +712,9 @@ static void mode_mixed(void)
 			if (run % 2) {
 				TRY(dr_reduce(&c, 1, DR_INT32, DR_MAX, 0, NULL,
 					      NULL));
+				if (rank == 0 && c != j)
+					DIE("mixed: run %d: reduce %d", run,
+					    (int)c);
 			} else {
 				TRY(dr_broadcast(&c, 1, DR_INT32, 0, NULL,
 						 NULL));
