@@ -203,7 +203,14 @@ $(B)/tests/%: tests/c/%.c $(LIB_A)
 $(B)/unit/%: tests/unit/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_RT)
+	$(Q)$(CC) $(ALL_CFLAGS) $(CMD_INC) $(ALL_LDFLAGS) -o $@ $< \
+		$(UNIT_OBJ) $(LIB_A) $(UNIT_LIBS) $(LIBS_RT)
+# A unit test of a launcher file includes that file and links the rest of
+# the launcher.
+UNIT_STACK_OBJ := $(filter-out %/diag_stacks.o,$(CMD_LIB))
+$(B)/unit/test_diag_stack: $(UNIT_STACK_OBJ)
+$(B)/unit/test_diag_stack: UNIT_OBJ = $(UNIT_STACK_OBJ)
+$(B)/unit/test_diag_stack: UNIT_LIBS = $(LIBS_CMD)
 $(B)/bench/%: scripts/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

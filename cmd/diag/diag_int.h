@@ -51,7 +51,11 @@ struct stack {
 	const char *method;  /* "gdb", "python", NULL: none */
 	char err[200];       /* why there is none */
 	struct sb raw;       /* what the tool printed */
-	char *summary;       /* one line, for grouping */
+	char *summary;       /* one line, as shown */
+	char *key;           /* what groups ranks: summary less the
+			      * innermost frame and the frame numbers,
+			      * where it has caller frames; NULL: summary */
+	size_t outer;        /* where in summary the caller frames start */
 	char **frames;       /* the selected thread's frames, as printed */
 	int nframes;
 	/* collection */

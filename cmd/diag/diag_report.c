@@ -388,7 +388,23 @@ static void rep_p2p(struct rep *p)
 /* The stack (or why there is none) that groups rank r with others. */
 static const char *stack_key(const struct rsnap *x)
 {
+	if (x->st.key)
+		return x->st.key;
 	return x->st.summary && *x->st.summary ? x->st.summary : x->st.err;
+}
+
+/* What a group's line shows: the first rank's stack, less its innermost
+ * frame where the group's differ there. */
+static const char *stack_shown(const struct rep *p, const uint8_t *in, int r)
+{
+	const struct stack *st = &p->s[r].st;
+
+	if (!st->key)
+		return stack_key(&p->s[r]);
+	for (int q = r + 1; q < p->n; q++)
+		if (in[q] && strcmp(p->s[q].st.summary, st->summary))
+			return st->summary + st->outer;
+	return st->summary;
 }
 
 /* Ranks with the same stack on one line; the odd one out named. */
@@ -421,7 +437,8 @@ static void rep_stacks(struct rep *p)
 		sb_printf(&p->t, "    %s: %s%s\n",
 			  rank_flags_str(p->flags, p->n, p->job->rank_offset,
 					 list, sizeof(list)),
-			  key == p->s[r].st.err ? "no stack: " : "", key);
+			  key == p->s[r].st.err ? "no stack: " : "",
+			  stack_shown(p, p->flags, r));
 	}
 	if (ngroups == 2 && big == 1 && odd >= 0) {
 		sb_printf(&p->t, "  rank %d is the odd one out\n",

@@ -261,9 +261,14 @@ static void frame_split(const char *f, char *fn, size_t fnn, char *src,
 	}
 }
 
+/* The summary: frame #0 and the frames of the program and of libdistrun's
+ * API after it.  The key that groups ranks leaves out #0 and the numbers:
+ * ranks waiting in the same call from the same line belong together
+ * whether the stop caught them in the futex or between two of its
+ * timeouts, at whatever depth inside the library. */
 static void gdb_summary(struct stack *st)
 {
-	struct sb b = { 0 };
+	struct sb b = { 0 }, k = { 0 };
 	int shown = 0;
 
 	for (int i = 0; i < st->nframes && shown < STACK_FRAMES; i++) {
@@ -274,12 +279,19 @@ static void gdb_summary(struct stack *st)
 			    &internal);
 		if (i > 0 && internal)
 			continue;
+		if (shown == 1)
+			st->outer = b.len + 2;
 		sb_printf(&b, "%s#%d %s", shown ? "  " : "", i, fn);
 		if (src[0])
 			sb_printf(&b, " (%s)", src);
+		if (shown)
+			sb_printf(&k, "%s%s%s%s%s", k.len ? " < " : "", fn,
+				  src[0] ? " (" : "", src, src[0] ? ")" : "");
 		shown++;
 	}
 	st->summary = sb_take(&b);
+	st->key = k.len ? sb_take(&k) : NULL;
+	free(k.s);
 }
 
 /* Line n of file path, trimmed, into buf ("" if unreadable). */
@@ -583,6 +595,7 @@ void diag_stack_release(struct stack *st)
 {
 	free(st->raw.s);
 	free(st->summary);
+	free(st->key);
 	for (int i = 0; i < st->nframes; i++)
 		free(st->frames[i]);
 	free(st->frames);
