@@ -86,6 +86,10 @@ nothing_left() {
 	[ "$(jq -r '.diagnosis.calls[0].ranks | join(",")' "$r")" = 0,2,3 ]
 	[ "$(jq -r '.diagnosis.ranks[1].last_call.seq' "$r")" = 0 ]
 	[ "$(jq -r '.diagnosis.ranks[1].stack_method' "$r")" = gdb ]
+	# what groups ranks: their frames from the call outwards
+	[ "$(jq -r '[.diagnosis.ranks[0,2,3].stack_group] | unique | length' "$r")" = 1 ]
+	jq -r '.diagnosis.ranks[0].stack_group' "$r" |
+		grep -qx "dr_barrier (coll_api.c:[0-9]*) < main (diag_hang.c:$(line "$HANG_C" barrier))"
 	jq -r .diagnosis.text "$r" | grep -q 'rank 1 never entered it'
 	nothing_left "$r"
 }

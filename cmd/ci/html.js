@@ -623,13 +623,24 @@ function cards(m, rep, sec) {
 	return wrap;
 }
 
+/* A group's line, as distrun's report shows it: the first rank's summary,
+ * less its innermost frame where the group's differ there. */
+function groupLine(xs, k) {
+	var s = xs[0].stack_summary;
+	if (!xs[0].stack_group || !s) return k;
+	if (xs.every(function (x) { return x.stack_summary === s; })) return s;
+	var i = s.indexOf('  #');
+	return i < 0 ? s : s.slice(i + 2);
+}
+
 function stacks(rep, sec) {
 	var d = rep && typeof rep.diagnosis === 'object' ? rep.diagnosis : null;
 	if (!d || !d.ranks) return null;
 	var by = {}, order = [];
-	/* grouped as distrun groups them: by the stack's summary line */
+	/* grouped as distrun groups them: by the frames of the program and
+	 * of libdistrun's API (stack_group), else by the summary line */
 	d.ranks.forEach(function (x) {
-		var k = x.stack_summary || (x.stack_error ? 'no stack: ' + x.stack_error : 'no stack');
+		var k = x.stack_group || x.stack_summary || (x.stack_error ? 'no stack: ' + x.stack_error : 'no stack');
 		if (!by[k]) { by[k] = []; order.push(k); }
 		by[k].push(x);
 	});
@@ -640,7 +651,7 @@ function stacks(rep, sec) {
 		var odd = order.length === 2 && big === 1 && rs.length === 1;
 		wrap.appendChild(h('h3', { 'class': 'stack-group' }, [rankList(rs) + (odd ? ' (the odd one out)' : '') +
 			(by[k][0].stack_method ? ', by ' + by[k][0].stack_method : '')]));
-		wrap.appendChild(h('pre', {}, [k]));
+		wrap.appendChild(h('pre', {}, [groupLine(by[k], k)]));
 		if (by[k][0].stack && by[k][0].stack.length)
 			wrap.appendChild(h('details', {}, [h('summary', {}, ['the whole stack of rank ' + rs[0]]),
 				h('pre', {}, [by[k][0].stack.join('\n')])]));

@@ -474,7 +474,7 @@ static json_t *jrank(const struct rep *p, int r, const dri_ctl_call *c,
 	char st[64], ps[2] = { x->p1.state, 0 };
 
 	return json_pack("{s:i, s:i, s:b, s:o, s:o, s:o, s:o, s:b, s:b, s:o, "
-			 "s:o, s:o, s:s?, s:o, s:o, s:o}",
+			 "s:o, s:o, s:s?, s:o, s:o, s:o, s:o}",
 		"rank", p->job->rank_offset + r,
 		"pid", pid,
 		"alive", x->alive,
@@ -493,6 +493,7 @@ static json_t *jrank(const struct rep *p, int r, const dri_ctl_call *c,
 		"stack_method", x->st.method,
 		"stack_error", diag_jstr(x->st.method ? NULL : x->st.err),
 		"stack_summary", diag_jstr(x->st.summary),
+		"stack_group", diag_jstr(x->st.key),
 		"stack", jframes(&x->st));
 }
 
