@@ -625,12 +625,15 @@ function cards(m, rep, sec) {
 
 /* A group's line, as distrun's report shows it: the first rank's summary,
  * less its innermost frame where the group's differ there. */
+function frame0(s) {
+	var i = s.indexOf('  #');
+	return i < 0 ? s : s.slice(0, i);
+}
 function groupLine(xs, k) {
 	var s = xs[0].stack_summary;
 	if (!xs[0].stack_group || !s) return k;
-	if (xs.every(function (x) { return x.stack_summary === s; })) return s;
-	var i = s.indexOf('  #');
-	return i < 0 ? s : s.slice(i + 2);
+	if (xs.every(function (x) { return frame0(x.stack_summary || '') === frame0(s); })) return s;
+	return s.indexOf('  #') < 0 ? s : s.slice(s.indexOf('  #') + 2);
 }
 
 function stacks(rep, sec) {

@@ -393,16 +393,28 @@ static const char *stack_key(const struct rsnap *x)
 	return x->st.summary && *x->st.summary ? x->st.summary : x->st.err;
 }
 
+/* A summary's innermost frame: its length. */
+static size_t frame0_len(const char *s)
+{
+	const char *e = strstr(s, "  #");
+
+	return e ? (size_t)(e - s) : strlen(s);
+}
+
 /* What a group's line shows: the first rank's stack, less its innermost
- * frame where the group's differ there. */
+ * frame where the group's differ there (the library's insides: the
+ * program's own is part of the key). */
 static const char *stack_shown(const struct rep *p, const uint8_t *in, int r)
 {
 	const struct stack *st = &p->s[r].st;
+	size_t len = st->key ? frame0_len(st->summary) : 0;
 
 	if (!st->key)
 		return stack_key(&p->s[r]);
 	for (int q = r + 1; q < p->n; q++)
-		if (in[q] && strcmp(p->s[q].st.summary, st->summary))
+		if (in[q] && st->outer &&
+		    (frame0_len(p->s[q].st.summary) != len ||
+		     memcmp(p->s[q].st.summary, st->summary, len)))
 			return st->summary + st->outer;
 	return st->summary;
 }

@@ -262,10 +262,12 @@ static void frame_split(const char *f, char *fn, size_t fnn, char *src,
 }
 
 /* The summary: frame #0 and the frames of the program and of libdistrun's
- * API after it.  The key that groups ranks leaves out #0 and the numbers:
- * ranks waiting in the same call from the same line belong together
- * whether the stop caught them in the futex or between two of its
- * timeouts, at whatever depth inside the library. */
+ * API after it.  The key that groups ranks leaves out the numbers, and
+ * #0 where it is inside glibc or the library: ranks waiting in the same
+ * call from the same line belong together whether the stop caught them
+ * in the futex or between two of its timeouts, at whatever depth inside
+ * the library; ranks in the program's own code at different lines do
+ * not. */
 static void gdb_summary(struct stack *st)
 {
 	struct sb b = { 0 }, k = { 0 };
@@ -284,7 +286,7 @@ static void gdb_summary(struct stack *st)
 		sb_printf(&b, "%s#%d %s", shown ? "  " : "", i, fn);
 		if (src[0])
 			sb_printf(&b, " (%s)", src);
-		if (shown)
+		if (shown || !internal)
 			sb_printf(&k, "%s%s%s%s%s", k.len ? " < " : "", fn,
 				  src[0] ? " (" : "", src, src[0] ? ")" : "");
 		shown++;

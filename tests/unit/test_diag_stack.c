@@ -3,7 +3,8 @@
  * stack and the key by which the stall report groups ranks: ranks in the
  * same call from the same line share the key whether gdb caught them in
  * the futex or between two of its timeouts, deeper or shallower inside
- * the library; a different line or call gives another key.
+ * the library; a different line or call gives another key, and so does
+ * another line of the program's own code where a rank is caught in it.
  */
 #include "runner.h"
 #include "../../cmd/diag/diag_stacks.c"
@@ -88,9 +89,35 @@ static int test_no_caller_frames_no_key(void)
 	return 0;
 }
 
+/* Ranks in the program's own code: its innermost frame is part of the
+ * key, so two lines of one function called from one place differ. */
+static int test_program_frame0_in_the_key(void)
+{
+	static const char *at40[] = {
+		"#0  stuck (n=3) at tests/c/diag_hang.c:40",
+		"#1  0x4 in main () at tests/c/diag_hang.c:100",
+	};
+	static const char *at42[] = {
+		"#0  stuck (n=3) at tests/c/diag_hang.c:42",
+		"#1  0x4 in main () at tests/c/diag_hang.c:100",
+	};
+	struct stack a, b;
+
+	summarise(&a, at40, 2);
+	summarise(&b, at42, 2);
+	CHECK(a.key && b.key);
+	CHECKF(!strcmp(a.key, "stuck (diag_hang.c:40) < main (diag_hang.c:100)"),
+	       "%s", a.key);
+	CHECK(strcmp(a.key, b.key));
+	diag_stack_release(&a);
+	diag_stack_release(&b);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_key_leaves_out_the_innermost_frame),
 	UNIT(test_no_caller_frames_no_key),
+	UNIT(test_program_frame0_in_the_key),
 	{ 0 },
 };
 
