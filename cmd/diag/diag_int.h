@@ -52,10 +52,9 @@ struct stack {
 	char err[200];       /* why there is none */
 	struct sb raw;       /* what the tool printed */
 	char *summary;       /* one line, as shown */
-	char *key;           /* what groups ranks: summary less the
-			      * innermost frame and the frame numbers,
-			      * where it has caller frames; NULL: summary */
-	size_t outer;        /* where in summary the caller frames start */
+	char *key;           /* what groups ranks: summary less the frame
+			      * numbers and an innermost frame of glibc or
+			      * the library; NULL: summary */
 	char **frames;       /* the selected thread's frames, as printed */
 	int nframes;
 	/* collection */

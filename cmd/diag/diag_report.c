@@ -412,10 +412,10 @@ static const char *stack_shown(const struct rep *p, const uint8_t *in, int r)
 	if (!st->key)
 		return stack_key(&p->s[r]);
 	for (int q = r + 1; q < p->n; q++)
-		if (in[q] && st->outer &&
+		if (in[q] && st->summary[len] &&
 		    (frame0_len(p->s[q].st.summary) != len ||
 		     memcmp(p->s[q].st.summary, st->summary, len)))
-			return st->summary + st->outer;
+			return st->summary + len + 2;
 	return st->summary;
 }
 

@@ -281,8 +281,6 @@ static void gdb_summary(struct stack *st)
 			    &internal);
 		if (i > 0 && internal)
 			continue;
-		if (shown == 1)
-			st->outer = b.len + 2;
 		sb_printf(&b, "%s#%d %s", shown ? "  " : "", i, fn);
 		if (src[0])
 			sb_printf(&b, " (%s)", src);
