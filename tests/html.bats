@@ -192,10 +192,14 @@ page_requests() {
 	jq -e '[[.traceEvents[] | select(.ph == "X")] | group_by(.tid)[] |
 		(map(select(.cat == "rank"))[0]) as $r |
 		map(select(.cat != "rank")) | length > 0 and
-		all(.ts >= $r.ts and .ts + .dur <= $r.ts + $r.dur + 0.001)] |
+		all(.ts >= $r.ts and .ts + .dur <= $r.ts + $r.dur + 1e-6)] |
 		length == 3 and all' "$P/t.json"
-	# the call rank 1 died in is there, unfinished
-	[ "$(jq '[.traceEvents[] | select(.tid == 1 and .args.status == "unfinished")] | length' "$P/t.json")" -ge 1 ]
+	# the call rank 1 died in is there, unfinished, and ends exactly
+	# where the rank does (times are whole ns: no rounding past it)
+	jq -e '[.traceEvents[] | select(.tid == 1 and .ph == "X")] |
+		(map(select(.cat == "rank"))[0]) as $r |
+		map(select(.args.status == "unfinished")) | length >= 1 and
+		all((.ts + .dur) - ($r.ts + $r.dur) | fabs < 1e-6)' "$P/t.json"
 }
 
 @test "hover names the call and joins it across ranks; the wheel zooms" {

@@ -184,8 +184,12 @@ sorted:
 	for (int r = 0; r < n; r++) {
 		const struct rank *rk = &job->ranks[r];
 		char name[32], st[64];
+		/* In whole nanoseconds from t0, as the calls' times are: a
+		 * call cut at the rank's end then ends exactly where the
+		 * rank's slice does, not a rounding (up to 3 ns) past it. */
 		double end = rk->state == RANK_EXITED ? rk->t_end : now_mono();
 		int64_t end_ns = (int64_t)(end * 1e9);
+		int64_t start_ns = (int64_t)(rk->t_start * 1e9);
 		size_t from = 0;
 
 		if (job->nnodes > 1)
@@ -204,8 +208,8 @@ sorted:
 		ev_common(&b, &first, r);
 		sb_printf(&b, "\"ph\":\"X\",\"cat\":\"rank\",\"name\":\"%s\","
 			  "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"pid\":%d,"
-			  "\"status\":", name, (rk->t_start - job->t0) * 1e6,
-			  (end - rk->t_start) * 1e6, (int)rk->pid);
+			  "\"status\":", name, (start_ns - t0) / 1e3,
+			  (end_ns - start_ns) / 1e3, (int)rk->pid);
 		sb_json_str(&b, rank_status_str(rk, st, sizeof(st)));
 		sb_printf(&b, "}}");
 		if (max_calls && d->rk[r].nrec > max_calls) {
@@ -238,7 +242,8 @@ sorted:
 		sb_printf(&b, "\"ph\":\"i\",\"s\":\"t\",\"cat\":\"%s\",\"name\":",
 			  l->stream ? "stderr" : "stdout");
 		sb_json_str(&b, l->text);
-		sb_printf(&b, ",\"ts\":%.3f}", (l->t - job->t0) * 1e6);
+		sb_printf(&b, ",\"ts\":%.3f}",
+			  ((int64_t)(l->t * 1e9) - t0) / 1e3);
 	}
 	sb_printf(&b, "\n],\"otherData\":{\"run_id\":\"%s\",\"world_size\":%d,"
 		  "\"dropped_calls\":%llu,\"dropped_lines\":%llu,"
