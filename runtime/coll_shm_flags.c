@@ -75,7 +75,11 @@
  * checks every rank's record of it at the next phase that waits for all,
  * or LAG calls later at the latest (settle), having waited until every
  * rank is past it.  A rank that returned at once learns of a mismatch
- * there, or through the abort (looked at when a call starts).
+ * there, or through the abort (looked at when a call starts).  A peer
+ * with nothing left to check says so in its copy on up's line
+ * (DRI_SEG_ALL_CHECKED): a rank that reads the peers' up (low_up) then
+ * closes the calls of its own before that copy's with no look at their
+ * records (peer_checked).
  */
 #include <errno.h>
 #include <sched.h>
@@ -555,18 +559,42 @@ static dr_err await(struct call *c)
 	return err;
 }
 
-/* The lowest of the other ranks' up (flat). */
+/* The lowest of the other ranks' up (flat).  The copies on the same
+ * lines come with them: one that says its rank found every call of its
+ * own before it the same on every rank (DRI_SEG_ALL_CHECKED) is kept in
+ * dri_cs.thru_seq and thru_phase (peer_checked), dri_cs.marked saying
+ * whether this look found one. */
 static uint64_t low_up(int p, int r)
 {
-	uint64_t low = UINT64_MAX;
+	uint64_t low = UINT64_MAX, seq, phase;
 
+	dri_cs.marked = 0;
 	for (int i = 0; i < p; i++)
 		if (i != r) {
-			uint64_t u = load(&dri_cs_blk(i)->up);
+			const dri_seg_rank *b = dri_cs_blk(i);
+			uint64_t u = load(&b->up);
 
 			low = u < low ? u : low;
+			if (dri_shm_all_checked(&b->last, &seq, &phase)) {
+				dri_cs.marked = 1;
+				if (phase > dri_cs.thru_phase) {
+					dri_cs.thru_phase = phase;
+					dri_cs.thru_seq = seq;
+				}
+			}
 		}
 	return low;
+}
+
+/* Whether past call o is known to be the same on every rank from a
+ * peer's word (low_up): every call of that peer's before a later seq
+ * and a phase past o's was checked against every rank's.  (The phase:
+ * its calls before that one are then as many as ours up to o, o's
+ * place among them included; a peer whose calls went another way than
+ * ours, the flags or not, would have found a record that differs.) */
+static int peer_checked(const struct rec *o)
+{
+	return o->id.seq < dri_cs.thru_seq && o->last < dri_cs.thru_phase;
 }
 
 /* Waits until every other rank's up has reached v (flat).  What it
@@ -735,7 +763,7 @@ dr_err dri_cs_settle(struct call *c)
 
 		if (q->open && q->n < c->rec.n && q->last <= dri_cs.safe) {
 			close_past(q);
-			if ((err = check_all(c, q)))
+			if (!peer_checked(q) && (err = check_all(c, q)))
 				return err;
 		}
 	}
@@ -760,23 +788,34 @@ static int records_same(int p, int r, const struct rec *o)
 
 int dri_cs_settle_quick(int p, int r, uint64_t n)
 {
-	struct rec *o = &dri_cs.past[n % LAG];
-
 	if (!dri_cs.open)
 		return 1;
 	/* (a message or an abort to look at first: run_call's way) */
 	if (dri_shm_pending())
 		return 0;
+	return dri_cs_settle_flags(p, r, n);
+}
+
+int dri_cs_settle_flags(int p, int r, uint64_t n)
+{
+	struct rec *o = &dri_cs.past[n % LAG];
+
 	if (!o->open)
 		return 1;
-	if (o->last > dri_cs.safe) {
+	/* The others' up lines, where every rank must be past o; looked
+	 * at again, while a peer's word (low_up) keeps coming, once it no
+	 * longer covers o: a line a peer writes at each call, read once
+	 * in many calls (benchmarks.md), not o's record of every other
+	 * rank, read at each. */
+	if (o->last > dri_cs.safe || (dri_cs.marked && !peer_checked(o))) {
 		uint64_t low = low_up(p, r);
 
-		if (low < o->last)
+		if (low > dri_cs.safe)
+			dri_cs.safe = low;
+		if (o->last > dri_cs.safe)
 			return 0;
-		dri_cs.safe = low;
 	}
-	if (!records_same(p, r, o))
+	if (!peer_checked(o) && !records_same(p, r, o))
 		return 0;
 	close_past(o);
 	return 1;

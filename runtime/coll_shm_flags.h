@@ -106,6 +106,12 @@ struct dri_cs_state {
 	uint64_t checked;      /* 1 + the seq of the latest call found the
 				* same on every rank by this one (the lean
 				* way's; seg.h: DRI_SEG_PREV_CHECKED) */
+	uint64_t thru_seq, thru_phase; /* a peer found every call of its
+				* own before this seq and phase the same on
+				* every rank (seg.h: DRI_SEG_ALL_CHECKED;
+				* low_up) */
+	int marked;            /* the last look at the others' up found
+				* such a word */
 	uint64_t need[2];      /* half h is written again once every
 				* other rank's up reaches need[h] */
 	unsigned sub;          /* small slots used */
@@ -302,9 +308,12 @@ static inline void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id,
 
 static inline void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
 {
-	dri_cs_write_rec(&dri_cs_blk(r)->last, id, e,
-			 dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0,
-			 NULL, NULL, 0);
+	/* (flat: in a tree a rank checks its children's records alone) */
+	int32_t mark = (dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0) |
+		       (!dri_cs.open && dri_cs.nblk <= DRI_SHM_FLAT_MAX ?
+			DRI_SEG_ALL_CHECKED : 0);
+
+	dri_cs_write_rec(&dri_cs_blk(r)->last, id, e, mark, NULL, NULL, 0);
 }
 
 static inline void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id,
@@ -357,6 +366,10 @@ int dri_cs_any_open(void);
  * is not ours (the general way's settle then waits, or names who
  * differs). */
 int dri_cs_settle_quick(int p, int r, uint64_t n);
+/* Its look at the flags alone, once nothing waits in the transport (a
+ * message, an abort): the ups, a peer's word (seg.h:
+ * DRI_SEG_ALL_CHECKED), the records. */
+int dri_cs_settle_flags(int p, int r, uint64_t n);
 /* Closes the calls before call n (seq its number) still open, once
  * every other rank of p has arrived past them (the lean way's barrier
  * and all_reduce, all there): each checked against every other rank's

@@ -133,7 +133,7 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks,
 	}
 	if (dri_shm_read_raw(&b->last, id->seq, e, &theirs)) {
 		*prev |= !!(theirs.coll & DRI_SEG_PREV_CHECKED);
-		theirs.coll &= ~(uint32_t)DRI_SEG_PREV_CHECKED;
+		theirs.coll &= ~(uint32_t)DRI_SEG_MARKS;
 		return dri_cs_same_call(&theirs, id);
 	}
 	/* It went on: the record is another line, one more transfer (in

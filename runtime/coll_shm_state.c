@@ -63,7 +63,8 @@ void dri_cs_configure(void)
 		dri_cs.chunk = (size_t)atoll(e) / 64 * 64;
 	/* A new process group: every rank's flags start from 0 again. */
 	dri_cs.phase = dri_cs.ncall = dri_cs.safe = dri_cs.a2av = 0;
-	dri_cs.checked = 0;
+	dri_cs.checked = dri_cs.thru_seq = dri_cs.thru_phase = 0;
+	dri_cs.marked = 0;
 	dri_cs.owed = 0;
 	dri_cs.owing = 0;
 	dri_cs.lead.root = -1;

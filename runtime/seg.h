@@ -98,6 +98,14 @@ typedef struct {
  * that sees the copy of this one needs no look at the record: its call
  * was checked against this rank's from both sides. */
 #define DRI_SEG_PREV_CHECKED (1 << 30)
+/* In coll of the copy on up's line too: every call of the rank through
+ * the flags before this one was found the same on every rank (it has
+ * none left to check: coll_shm_flags.c), flat.  A peer whose up it
+ * reads anyway closes its own rooted calls of a lower seq and of phases
+ * before the copy's on that word, with no look at their records
+ * (coll_shm_flags.c: low_up). */
+#define DRI_SEG_ALL_CHECKED (1 << 29)
+#define DRI_SEG_MARKS (DRI_SEG_PREV_CHECKED | DRI_SEG_ALL_CHECKED)
 
 /* Bytes of a rooted call's data that ride in its record (below). */
 #define DRI_SEG_INLINE 24

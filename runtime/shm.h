@@ -152,8 +152,28 @@ static inline int dri_shm_read_at(const dri_seg_call *c, uint64_t seq,
 {
 	if (!dri_shm_read_raw(c, seq, phase, id))
 		return 0;
-	id->coll &= ~(uint32_t)DRI_SEG_PREV_CHECKED;
+	id->coll &= ~(uint32_t)DRI_SEG_MARKS;
 	return 1;
+}
+
+/* Whether c is a rank's copy (on up's line) that says every call of the
+ * rank through the flags before it was found the same on every rank
+ * (DRI_SEG_ALL_CHECKED); then its seq and first phase (a seqlock read,
+ * as dri_shm_read_raw's). */
+static inline int dri_shm_all_checked(const dri_seg_call *c, uint64_t *seq,
+				      uint64_t *phase)
+{
+	uint64_t s = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+	int32_t coll;
+
+	if (!s)
+		return 0;
+	coll = __atomic_load_n(&c->coll, __ATOMIC_RELAXED);
+	*phase = __atomic_load_n(&c->phase, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	*seq = s - 1;
+	return (coll & DRI_SEG_ALL_CHECKED) &&
+	       __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == s;
 }
 
 /* Whether c is a rank's copy (on up's line) of its call seq + 1 that

@@ -143,10 +143,86 @@ static int test_close_on_a_peers_word(void)
 	return 0;
 }
 
+/* The copy's word that every call of its rank before it was checked
+ * (DRI_SEG_ALL_CHECKED): given only with nothing open, flat. */
+static int test_all_checked_word_given(void)
+{
+	dri_msg_id id = { .coll = DRI_BARRIER, .seq = 53, .dtype = -1,
+			  .op = -1, .root = -1 };
+	uint64_t seq, phase;
+
+	setup();
+	dri_cs_put_copy(0, &id, 11);
+	CHECK(dri_shm_all_checked(&blks[0]->last, &seq, &phase));
+	CHECK(seq == 53 && phase == 11);
+	keep_open(6, 51, 10);
+	dri_cs_put_copy(0, &id, 11);
+	CHECK(!dri_shm_all_checked(&blks[0]->last, &seq, &phase));
+	/* the marks are not part of the call a peer reads */
+	CHECK(dri_shm_read_at(&blks[0]->last, 53, 11, &id));
+	CHECK(id.coll == DRI_BARRIER);
+	setup();
+	dri_cs.nblk = DRI_SHM_FLAT_MAX + 1;
+	dri_cs_put_copy(0, &id, 11);
+	CHECK(!dri_shm_all_checked(&blks[0]->last, &seq, &phase));
+	return 0;
+}
+
+/* A rooted call LAG back, open here, closed by settle on a peer's word
+ * read with its up, without its record or the others'. */
+static int test_settle_on_a_peers_all_checked(void)
+{
+	const uint64_t n = 5 + LAG;
+
+	setup();
+	dri_cs.thru_seq = dri_cs.thru_phase = 0;
+	dri_cs.marked = 0;
+	keep_open(5, 50, 8);
+	/* no record, no word: not settled (the general way waits) */
+	CHECK(!dri_cs_settle_flags(P, 0, n));
+	/* a word of a call not after it (seq 50): no */
+	dri_cs.safe = 7;
+	put(1, 5, 50, 8, 0, DRI_SEG_ALL_CHECKED);
+	CHECK(!dri_cs_settle_flags(P, 0, n));
+	CHECK(dri_cs.safe == 9);
+	/* a later seq but the same phase (its calls then may be fewer
+	 * than ours): no */
+	put(1, 6, 60, 8, 0, DRI_SEG_ALL_CHECKED);
+	CHECK(!dri_cs_settle_flags(P, 0, n));
+	/* a later call without the word: no */
+	put(1, 6, 60, 20, 0, DRI_SEG_PREV_CHECKED);
+	CHECK(!dri_cs_settle_flags(P, 0, n));
+	CHECK(dri_cs_any_open());
+	/* with it: settled, no record read (none is there); looked at
+	 * when the ups are next needed (the last look found no word) */
+	put(1, 6, 60, 20, 0, DRI_SEG_ALL_CHECKED);
+	CHECK(!dri_cs_settle_flags(P, 0, n));
+	dri_cs.safe = 7;
+	CHECK(dri_cs_settle_flags(P, 0, n));
+	CHECK(!dri_cs_any_open());
+	/* the next open call it covers: settled without a look, the
+	 * word gone from the line by now */
+	keep_open(6, 51, 9);
+	put(1, 7, 61, 21, 0, 0);
+	CHECK(dri_cs_settle_flags(P, 0, n + 1));
+	/* one it does not cover: looked at again (no word now), then
+	 * every record read */
+	keep_open(7, 65, 9);
+	CHECK(!dri_cs_settle_flags(P, 0, n + 2));
+	CHECK(!dri_cs.marked);
+	put(1, 7, 65, 9, 0, 0);
+	put(2, 7, 65, 9, 0, 0);
+	CHECK(dri_cs_settle_flags(P, 0, n + 2));
+	CHECK(!dri_cs_any_open());
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_tiny_waits_for_the_others),
 	UNIT(test_close_reads_every_record),
 	UNIT(test_close_on_a_peers_word),
+	UNIT(test_all_checked_word_given),
+	UNIT(test_settle_on_a_peers_all_checked),
 	{ 0 }
 };
 
