@@ -21,3 +21,18 @@ wait_until() {
 		sleep 0.1
 	done
 }
+
+# add_user NAME USERADD-ARGS...: a throwaway user for the test, or a skip
+# that gives useradd's words.  Tried again for up to 10 s: one useradd in
+# a CI run failed where the next one would not (another suite's useradd
+# or userdel under make -j2 is the suspect), and a skip hides the test.
+add_user() {
+	local name=$1 err i
+	shift
+	for i in $(seq 100); do
+		err=$(useradd "$@" "$name" 2>&1) && return 0
+		! id "$name" >/dev/null 2>&1 || break
+		sleep 0.1
+	done
+	skip "useradd $name failed: ${err%%$'\n'*}"
+}

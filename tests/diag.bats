@@ -284,8 +284,7 @@ nothing_left() {
 	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
 		skip "useradd or setpriv is missing"
 	DIAG_USER=drdiag$$
-	useradd -M -d /nonexistent -s /usr/sbin/nologin "$DIAG_USER" ||
-		skip "cannot create a user here"
+	add_user "$DIAG_USER" -M -d /nonexistent -s /usr/sbin/nologin
 	run setpriv --reuid "$DIAG_USER" --regid "$DIAG_USER" --init-groups -- \
 		"$DISTRUN" -n 4 --stall-timeout 3s "$HANG" skip
 	userdel "$DIAG_USER" || true
@@ -300,8 +299,7 @@ nothing_left() {
 	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
 		skip "useradd or setpriv is missing"
 	DIAG_USER=drdiag$$
-	useradd -M -d /nonexistent -s /usr/sbin/nologin "$DIAG_USER" ||
-		skip "cannot create a user here"
+	add_user "$DIAG_USER" -M -d /nonexistent -s /usr/sbin/nologin
 	# Not dumpable: only CAP_SYS_PTRACE may trace them.
 	run setpriv --reuid "$DIAG_USER" --regid "$DIAG_USER" --init-groups -- \
 		"$DISTRUN" -n 4 --stall-timeout 3s "$HANG" nodump

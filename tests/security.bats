@@ -55,7 +55,7 @@ make_user() {
 	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
 		skip "useradd or setpriv missing"
 	THEUSER=drsec$$
-	useradd -M -N -s /usr/sbin/nologin "$THEUSER" || skip "useradd failed"
+	add_user "$THEUSER" -M -N -s /usr/sbin/nologin
 	THEUID=$(id -u "$THEUSER")
 	cp "$ATTACKER" "$DIR/attacker" && chmod 755 "$DIR" "$DIR/attacker"
 }
@@ -132,7 +132,7 @@ finish_job() {
 	command -v useradd >/dev/null && command -v setpriv >/dev/null ||
 		skip "useradd or setpriv missing"
 	THEUSER=drsec$$
-	useradd -M -N -s /usr/sbin/nologin "$THEUSER" || skip "useradd failed"
+	add_user "$THEUSER" -M -N -s /usr/sbin/nologin
 	local uid; uid=$(id -u "$THEUSER")
 	cp "$ATTACKER" "$DIR/attacker" && chmod 755 "$DIR" "$DIR/attacker"
 	start_job 2
