@@ -23,9 +23,10 @@ wait_until() {
 }
 
 # add_user NAME USERADD-ARGS...: a throwaway user for the test, or a skip
-# that gives useradd's words.  Tried again for up to 10 s: one useradd in
-# a CI run failed where the next one would not (another suite's useradd
-# or userdel under make -j2 is the suspect), and a skip hides the test.
+# that gives useradd's first line.  Tried again for up to 10 s: one
+# useradd in a local CI run failed (the cause not known; another suite's
+# useradd or userdel under make -j2 is the suspect), and a skip hides the
+# test.
 add_user() {
 	local name=$1 err i
 	shift

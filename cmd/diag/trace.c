@@ -61,6 +61,14 @@ static int arr_cmp(const void *a, const void *b)
 	return 0;
 }
 
+/* A launcher time (seconds, now_mono) in the calls' unit: every time of
+ * the trace is whole ns from t0, so that one cut at its rank's end ends
+ * exactly where the rank's slice does. */
+static int64_t ns(double s)
+{
+	return (int64_t)(s * 1e9);
+}
+
 static void ev_common(struct sb *b, bool *first, int tid)
 {
 	sb_printf(b, "%s\n{\"pid\":1,\"tid\":%d,", *first ? "" : ",", tid);
@@ -114,7 +122,7 @@ char *trace_text(struct job *job, size_t max_calls)
 {
 	struct diag *d = job->diag;
 	int n = job->o->nranks;
-	int64_t t0 = (int64_t)(job->t0 * 1e9);
+	int64_t t0 = ns(job->t0);
 	struct arrival *arr = NULL;
 	size_t narr = 0, cap = 0, *lines_left = NULL;
 	uint64_t dropped = 0, capped_calls = 0, capped_lines = 0;
@@ -184,12 +192,9 @@ sorted:
 	for (int r = 0; r < n; r++) {
 		const struct rank *rk = &job->ranks[r];
 		char name[32], st[64];
-		/* In whole nanoseconds from t0, as the calls' times are: a
-		 * call cut at the rank's end then ends exactly where the
-		 * rank's slice does, not a rounding (up to 3 ns) past it. */
-		double end = rk->state == RANK_EXITED ? rk->t_end : now_mono();
-		int64_t end_ns = (int64_t)(end * 1e9);
-		int64_t start_ns = (int64_t)(rk->t_start * 1e9);
+		int64_t end_ns = ns(rk->state == RANK_EXITED ? rk->t_end
+							      : now_mono());
+		int64_t start_ns = ns(rk->t_start);
 		size_t from = 0;
 
 		if (job->nnodes > 1)
@@ -243,7 +248,7 @@ sorted:
 			  l->stream ? "stderr" : "stdout");
 		sb_json_str(&b, l->text);
 		sb_printf(&b, ",\"ts\":%.3f}",
-			  ((int64_t)(l->t * 1e9) - t0) / 1e3);
+			  (ns(l->t) - t0) / 1e3);
 	}
 	sb_printf(&b, "\n],\"otherData\":{\"run_id\":\"%s\",\"world_size\":%d,"
 		  "\"dropped_calls\":%llu,\"dropped_lines\":%llu,"
