@@ -26,10 +26,28 @@
  *                 line of its own
  *   work100       copy, and a chain of 100 dependent multiply-adds after
  *                 the arrival (what any work on the path costs per round)
+ *
+ *   arrive_cost turn [ITERS]
+ *                 the round as a function of the turnaround, what a
+ *                 process does between seeing the other's arrival and
+ *                 storing its own next one (a call's return, the
+ *                 program's loop, the next call's entry), in two
+ *                 series on the floor (release): a chain of K dependent
+ *                 multiply-adds there (work), and K stores to memory of
+ *                 its own there (stores: a call's pushes, spills and
+ *                 records, which queue behind the arrival while its
+ *                 line is still being taken from the other), K = 0, 4,
+ *                 8, 16, 32, 48, 64, 96, 128.  Prints "turn=SERIES k=K
+ *                 ns=T us=X over_k0=R": T the turnaround's own time
+ *                 (timed alone), X the median round over 15 blocks of
+ *                 ITERS / 15 rounds per K, the Ks and series in turns
+ *                 (the host moves the CPUs every few tens of seconds:
+ *                 every K sees every placement), R = X / X at K = 0.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -112,16 +130,106 @@ static void rounds(struct blk *me, const struct blk *other, int v, long n,
 	*e0 = e;
 }
 
+/* The turnaround's stand-ins: a chain of k dependent multiply-adds on
+ * x (work), or k stores to memory of this process's own (stores). */
+enum { T_WORK, T_STORES, NTURN };
+static const char *turn_name[NTURN] = { "work", "stores" };
+static volatile uint64_t own[128];
+
+static uint64_t turnaround(int kind, uint64_t x, int k)
+{
+	if (kind == T_STORES) {
+		for (int i = 0; i < k; i++)
+			own[i] = x;
+		return x;
+	}
+	for (int i = 0; i < k; i++)
+		x = x * 6364136223846793005ULL + (uint64_t)i;
+	return x;
+}
+
+/* n rounds of the floor with turnaround(kind, k) between seeing the
+ * other's arrival and storing ours. */
+static void turn_rounds(struct blk *me, const struct blk *other, int kind,
+			int k, long n, uint64_t *e0)
+{
+	uint64_t e = *e0, x = 0;
+
+	for (long i = 0; i < n; i++) {
+		e++;
+		__atomic_store_n(&me->up, e, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&other->up, __ATOMIC_ACQUIRE) < e)
+			relax();
+		x = turnaround(kind, x + e, k);
+	}
+	sink += x;
+	*e0 = e;
+}
+
+#define TURNS 9
+#define BLOCKS 15
+
+/* `arrive_cost turn`: the round against the turnaround (the comment at
+ * the top). */
+static int turn(struct blk *b, int r, long iters)
+{
+	static const int ks[TURNS] = { 0, 4, 8, 16, 32, 48, 64, 96, 128 };
+	static double us[NTURN][TURNS][BLOCKS];
+	double ns[NTURN][TURNS];
+	long n = iters / BLOCKS;
+	uint64_t e = 0;
+
+	for (int s = 0; s < NTURN; s++)
+		for (int t = 0; t < TURNS; t++) {
+			/* alone, the least of three loops */
+			ns[s][t] = 1e30;
+			for (int rep = 0; rep < 3; rep++) {
+				uint64_t x = 1;
+				double t0 = now_s(), d;
+
+				for (long i = 0; i < n; i++)
+					x = turnaround(s, x + (uint64_t)i, ks[t]);
+				sink += x;
+				d = (now_s() - t0) / (double)n * 1e9;
+				if (d < ns[s][t])
+					ns[s][t] = d;
+			}
+		}
+	turn_rounds(&b[r], &b[1 - r], T_WORK, 0, n, &e);
+	for (int blk = 0; blk < BLOCKS; blk++)
+		for (int s = 0; s < NTURN; s++)
+			for (int t = 0; t < TURNS; t++) {
+				double t0 = now_s();
+
+				turn_rounds(&b[r], &b[1 - r], s, ks[t], n, &e);
+				us[s][t][blk] = (now_s() - t0) / (double)n * 1e6;
+			}
+	if (r)
+		return 0;
+	for (int s = 0; s < NTURN; s++) {
+		for (int t = 0; t < TURNS; t++)
+			qsort(us[s][t], BLOCKS, sizeof(double), cmp_double);
+		for (int t = 0; t < TURNS; t++)
+			printf("turn=%s k=%d ns=%.1f us=%.3f over_k0=%.2f\n",
+			       turn_name[s], ks[t], ns[s][t],
+			       us[s][t][BLOCKS / 2],
+			       us[s][t][BLOCKS / 2] / us[s][0][BLOCKS / 2]);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	long iters = argc > 1 ? atol(argv[1]) : 200000;
+	int turns = argc > 1 && !strcmp(argv[1], "turn");
+	long iters = argc > 1 + turns ? atol(argv[1 + turns]) : 200000;
 	struct blk *b;
 	uint64_t e = 0;
 	pid_t pid;
 	int r;
 
-	if (iters < 10) {
-		fprintf(stderr, "usage: arrive_cost [ITERS >= 10]\n");
+	if (iters < 10 * BLOCKS) {
+		fprintf(stderr, "usage: arrive_cost [turn] [ITERS >= %d]\n",
+			10 * BLOCKS);
 		return 2;
 	}
 	b = mmap(NULL, 2 * sizeof(*b), PROT_READ | PROT_WRITE,
@@ -136,6 +244,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = pid == 0;
+	if (turns) {
+		turn(b, r, iters);
+		if (!r)
+			return waitpid(pid, NULL, 0) < 0;
+		return 0;
+	}
 	for (int v = 0; v < NVAR; v++) {
 		double t0;
 
