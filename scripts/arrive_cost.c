@@ -81,6 +81,24 @@ static const char *name[NVAR] = { "release", "seq_cst", "fence_after",
 
 static volatile uint64_t sink;
 
+/* The turnaround's stand-ins: a chain of k dependent multiply-adds on
+ * x (work), or k stores to memory of this process's own (stores). */
+enum { T_WORK, T_STORES, NTURN };
+static const char *turn_name[NTURN] = { "work", "stores" };
+static volatile uint64_t own[128];
+
+static uint64_t turnaround(int kind, uint64_t x, int k)
+{
+	if (kind == T_STORES) {
+		for (int i = 0; i < k; i++)
+			own[i] = x;
+		return x;
+	}
+	for (int i = 0; i < k; i++)
+		x = x * 6364136223846793005ULL + (uint64_t)i;
+	return x;
+}
+
 static void put_rec(struct rec *r, uint64_t e)
 {
 	__atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
@@ -119,33 +137,10 @@ static void rounds(struct blk *me, const struct blk *other, int v, long n,
 			__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (v >= WAKE)
 			sink += __atomic_load_n(&other->waiting, __ATOMIC_SEQ_CST);
-		if (v >= WORK100) {
-			uint64_t x = e;
-
-			for (int k = 0; k < 100; k++)
-				x = x * 6364136223846793005ULL + (uint64_t)k;
-			sink += x;
-		}
+		if (v >= WORK100)
+			sink += turnaround(T_WORK, e, 100);
 	}
 	*e0 = e;
-}
-
-/* The turnaround's stand-ins: a chain of k dependent multiply-adds on
- * x (work), or k stores to memory of this process's own (stores). */
-enum { T_WORK, T_STORES, NTURN };
-static const char *turn_name[NTURN] = { "work", "stores" };
-static volatile uint64_t own[128];
-
-static uint64_t turnaround(int kind, uint64_t x, int k)
-{
-	if (kind == T_STORES) {
-		for (int i = 0; i < k; i++)
-			own[i] = x;
-		return x;
-	}
-	for (int i = 0; i < k; i++)
-		x = x * 6364136223846793005ULL + (uint64_t)i;
-	return x;
 }
 
 /* n rounds of the floor with turnaround(kind, k) between seeing the
@@ -170,8 +165,8 @@ static void turn_rounds(struct blk *me, const struct blk *other, int kind,
 #define BLOCKS 15
 
 /* `arrive_cost turn`: the round against the turnaround (the comment at
- * the top). */
-static int turn(struct blk *b, int r, long iters)
+ * the top); process r prints nothing but its loops. */
+static void turn(struct blk *b, int r, long iters)
 {
 	static const int ks[TURNS] = { 0, 4, 8, 16, 32, 48, 64, 96, 128 };
 	static double us[NTURN][TURNS][BLOCKS];
@@ -205,7 +200,7 @@ static int turn(struct blk *b, int r, long iters)
 				us[s][t][blk] = (now_s() - t0) / (double)n * 1e6;
 			}
 	if (r)
-		return 0;
+		return;
 	for (int s = 0; s < NTURN; s++) {
 		for (int t = 0; t < TURNS; t++)
 			qsort(us[s][t], BLOCKS, sizeof(double), cmp_double);
@@ -215,7 +210,6 @@ static int turn(struct blk *b, int r, long iters)
 			       us[s][t][BLOCKS / 2],
 			       us[s][t][BLOCKS / 2] / us[s][0][BLOCKS / 2]);
 	}
-	return 0;
 }
 
 int main(int argc, char **argv)
@@ -227,9 +221,9 @@ int main(int argc, char **argv)
 	pid_t pid;
 	int r;
 
-	if (iters < 10 * BLOCKS) {
-		fprintf(stderr, "usage: arrive_cost [turn] [ITERS >= %d]\n",
-			10 * BLOCKS);
+	if (iters < (turns ? 10 * BLOCKS : 10)) {
+		fprintf(stderr, "usage: arrive_cost [ITERS >= 10] | "
+			"arrive_cost turn [ITERS >= %d]\n", 10 * BLOCKS);
 		return 2;
 	}
 	b = mmap(NULL, 2 * sizeof(*b), PROT_READ | PROT_WRITE,
