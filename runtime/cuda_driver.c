@@ -720,6 +720,20 @@ static int in_host_only(const void *p)
 	return in_brk(a);
 }
 
+void dri_cuda_ptr_prepare(void)
+{
+	if (!stack_hi)
+		stack_read();
+	(void)brk_start();
+	if (atomic_load(&cu_state) == CU_UNLOADED)
+		(void)cu_lib_in_process();
+}
+
+int dri_cuda_ptr_prepared(void)
+{
+	return stack_hi != 0 && brk_start() != 0;
+}
+
 int dri_cuda_ptr_device(const void *p)
 {
 	int state = atomic_load(&cu_state);

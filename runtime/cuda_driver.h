@@ -35,6 +35,15 @@ typedef struct CUevent_st *CUevent;
  * library that is not loaded, which costs more than a whole barrier); it
  * watches the link map (dl_iterate_phdr) instead. */
 int dri_cuda_ptr_device(const void *p);
+/* What its first call on a thread would read, read now: the calling
+ * thread's stack (pthread_getattr_np: /proc/self/maps for the main
+ * thread), the heap's start (/proc/self/stat), the link map once.  Some
+ * 130 us, which dr_init_process_group pays instead of the program's
+ * first collective with data (scripts/first_calls.c, benchmarks.md);
+ * another thread still reads its own stack at its first call. */
+void dri_cuda_ptr_prepare(void);
+/* Whether this thread's reads are done (for the tests). */
+int dri_cuda_ptr_prepared(void);
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_INITIALIZED 3

@@ -44,6 +44,7 @@
 #include "clock.h"
 #include "coll.h"
 #include "ctl.h"
+#include "cuda_driver.h"
 #include "error.h"
 #include "group.h"
 #include "rdzv.h"
@@ -517,6 +518,9 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	pgroup.pid = getpid();
 	if (!pgroup.atexit_set && !atexit(leave_at_exit))
 		pgroup.atexit_set = 1;
+	/* (the first collective's reads, done here: not a cost of the
+	 * program's first call) */
+	dri_cuda_ptr_prepare();
 	err = dr_barrier(NULL, NULL, NULL, 0);
 	if (err) {
 		char msg[1024];

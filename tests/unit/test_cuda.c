@@ -13,6 +13,7 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -324,6 +325,40 @@ static int test_stack_and_heap_without_query(void)
 	return 0;
 }
 
+/* dri_cuda_ptr_prepare does, on the calling thread, the reads a first
+ * pointer query would (dr_init_process_group calls it, so that the
+ * program's first collective with data does not: some 130 us).  A
+ * thread's stack is its own: another thread reads its own at its first
+ * query. */
+static void *query_on_a_thread(void *arg)
+{
+	float x = 0;
+	int *out = arg;
+
+	out[0] = dri_cuda_ptr_prepared();
+	out[1] = dri_cuda_ptr_device(&x);
+	out[2] = dri_cuda_ptr_prepared();
+	return NULL;
+}
+
+static int test_prepare_does_the_first_reads(void)
+{
+	int got[3] = { -2, -2, -2 };
+	float x = 0;
+	pthread_t t;
+
+	CHECK(!dri_cuda_ptr_prepared());
+	dri_cuda_ptr_prepare();
+	CHECK(dri_cuda_ptr_prepared());
+	CHECK(dri_cuda_ptr_device(&x) == -1);
+	CHECK(pthread_create(&t, NULL, query_on_a_thread, got) == 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECKF(!got[0] && got[1] == -1 && got[2], "another thread: prepared "
+	       "%d, its stack buffer's device %d, then prepared %d", got[0],
+	       got[1], got[2]);
+	return 0;
+}
+
 /* A stream of another device's context is refused when it is selected,
  * not at its first use in the middle of a collective. */
 static int test_set_stream_of_another_context(void)
@@ -505,6 +540,7 @@ static const struct unit_test tests[] = {
 	UNIT(test_check_buffers_names_the_odd_one),
 	UNIT(test_ptr_device_leaves_fake_unloaded),
 	UNIT(test_stack_and_heap_without_query),
+	UNIT(test_prepare_does_the_first_reads),
 	UNIT(test_set_stream_of_another_context),
 	UNIT(test_fork_after_cuda),
 	UNIT(test_timed_out_staging_leaves_no_copy_behind),
