@@ -11,12 +11,12 @@
  *
  *   distrun -n N build/bench/first_calls [ITERS]     (default 300)
  *
- * Prints per rank and op "rank=R op=OP n=WORLD calls=N first_us=A
- * second_us=B last_us=Z mid_us=M max_us=X max_at=I total_us=T": the
- * first, second
- * and last call, the mean of the others (what the loop would cost
- * without its ends), the slowest and its index, and the loop's time.
- * An error ends it with the call's message and status 1.
+ * Prints per rank and op, after both loops, "rank=R op=OP n=WORLD
+ * calls=N first_us=A second_us=B last_us=Z mid_us=M max_us=X max_at=I
+ * total_us=T": the first, second and last call, the mean of the others
+ * (what the loop would cost without its ends), the slowest and its
+ * index, and the loop's time.  An error ends it with the call's message
+ * and status 1.
  */
 #include <distrun.h>
 #include <stdio.h>
