@@ -36,31 +36,27 @@ static void check(dr_err e, const char *what)
 /* The n call times t[1..n] - t[0..n-1] of op on rank r, summed up. */
 static void report(int r, const char *op, int n, const double *t)
 {
-	double *d = malloc(sizeof(*d) * (size_t)n), max = 0, mid = 0;
+	double max = 0, mid = 0;
 	int at = 0;
 
-	if (!d) {
-		fprintf(stderr, "first_calls: out of memory\n");
-		exit(1);
-	}
 	for (int i = 0; i < n; i++) {
-		d[i] = (t[i + 1] - t[i]) * 1e6;
-		if (d[i] > max) {
-			max = d[i];
+		double d = t[i + 1] - t[i];
+
+		if (d > max) {
+			max = d;
 			at = i;
 		}
+		/* the middle calls' mean: the loop without its ends (a mean,
+		 * as the loop's: with more ranks than CPUs a call costs a
+		 * switch or none, in turns, and a median would pick one) */
+		if (i >= 2 && i < n - 1)
+			mid += d;
 	}
-	/* the middle calls' mean: the loop without its ends (a mean, as
-	 * the loop's: with more ranks than CPUs a call costs a switch or
-	 * none, in turns, and a median would pick one of the two) */
-	for (int i = 2; i < n - 1; i++)
-		mid += d[i];
 	printf("rank=%d op=%s n=%d calls=%d first_us=%.1f second_us=%.1f "
 	       "last_us=%.1f mid_us=%.2f max_us=%.1f max_at=%d total_us=%.1f\n",
-	       r, op, dr_get_world_size(), n,
-	       d[0], d[1], d[n - 1], mid / (n - 3), max, at,
-	       (t[n] - t[0]) * 1e6);
-	free(d);
+	       r, op, dr_get_world_size(), n, (t[1] - t[0]) * 1e6,
+	       (t[2] - t[1]) * 1e6, (t[n] - t[n - 1]) * 1e6,
+	       mid / (n - 3) * 1e6, max * 1e6, at, (t[n] - t[0]) * 1e6);
 }
 
 int main(int argc, char **argv)
