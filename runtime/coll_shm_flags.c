@@ -503,6 +503,7 @@ static void arrive(struct call *c)
 
 void dri_cs_arrive_at(int r, uint64_t e, int p)
 {
+	dri_cs_mirror(r, e);
 	publish(&dri_cs_blk(r)->up, e);
 	dri_cs_wake(p);
 }
@@ -645,6 +646,7 @@ dr_err dri_cs_phase(struct call *c)
 	 * the first look at the others (spin_wait), as the quick way does
 	 * (coll_shm_quick.c: a transfer less than an xchg's). */
 	if (!c->tree) {
+		dri_cs_mirror(c->r, c->e);
 		__atomic_store_n(&dri_cs_blk(c->r)->up, c->e, __ATOMIC_RELEASE);
 		c->wake = 1;
 	}

@@ -306,14 +306,53 @@ static inline void dri_cs_put_rec(int r, uint64_t n, const dri_msg_id *id,
 	dri_cs_write_rec(&rec->c, id, e, 0, rec->data, src, len);
 }
 
-static inline void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
+/* The marks of the copy of call id (seg.h's DRI_SEG_MARKS). */
+static inline int32_t dri_cs_copy_mark(const dri_msg_id *id)
 {
 	/* (flat: in a tree a rank checks its children's records alone) */
-	int32_t mark = (dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0) |
-		       (!dri_cs.open && dri_cs.nblk <= DRI_SHM_FLAT_MAX ?
-			DRI_SEG_ALL_CHECKED : 0);
+	return (dri_cs.checked == id->seq ? DRI_SEG_PREV_CHECKED : 0) |
+	       (!dri_cs.open && dri_cs.nblk <= DRI_SHM_FLAT_MAX ?
+		DRI_SEG_ALL_CHECKED : 0);
+}
 
-	dri_cs_write_rec(&dri_cs_blk(r)->last, id, e, mark, NULL, NULL, 0);
+static inline void dri_cs_put_copy(int r, const dri_msg_id *id, uint64_t e)
+{
+	dri_cs_write_rec(&dri_cs_blk(r)->last, id, e, dri_cs_copy_mark(id),
+			 NULL, NULL, 0);
+}
+
+/* Where rank i's tiny data of phase e is (seg.h's dri_seg_lean). */
+static inline uint64_t *dri_cs_tiny(int i, uint64_t e)
+{
+	return &dri_cs_blk(i)->lean[e & 1].tiny[(e >> 1) & 1];
+}
+
+/* The phase every other rank must have arrived at before a tiny
+ * all_reduce at phase e writes its data (seg.h: four phases apart). */
+static inline uint64_t dri_cs_tiny_past(uint64_t e)
+{
+	return e > 3 ? e - 3 : 0;
+}
+
+/* Rank r's flat arrival at e on its lean line of e's parity too (seg.h),
+ * with up's line's copy: before the store to up, for the small calls'
+ * waiters (coll_shm_quick.c), which look there. */
+static inline void dri_cs_mirror(int r, uint64_t e)
+{
+	dri_seg_rank *b = dri_cs_blk(r);
+	dri_seg_lean *l = &b->lean[e & 1];
+	const dri_seg_call *c = &b->last; /* ours: no one else writes it */
+
+	__atomic_store_n(&l->last.seq, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&l->last.coll, c->coll, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last.count, c->count, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last.dtype, c->dtype, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last.op, c->op, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last.root, c->root, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last.phase, c->phase, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last.seq, c->seq, __ATOMIC_RELEASE);
+	__atomic_store_n(&l->up, e, __ATOMIC_RELEASE);
 }
 
 static inline void dri_cs_put_call(int r, uint64_t n, const dri_msg_id *id,

@@ -32,7 +32,8 @@
  * the others' records of it, or a peer's word on up's line that it
  * checked it, DRI_SEG_PREV_CHECKED, which a rooted call's reader that
  * saw every other rank's record gives), and a tiny all_reduce writes
- * its data once the others are done with the phases before (all_past).
+ * its data once the others are done with the phase four before
+ * (seg.h's lean lines; all_past, after three rooted calls in a row).
  * A loop of a broadcast and an all_reduce went the general way before
  * (1.07-1.11 us a pair at n=2, Open MPI 0.93-1.03; now 0.74-0.77:
  * benchmarks.md).
@@ -61,7 +62,7 @@
  * writing (dri_cs_take_line): far enough for a transfer to finish. */
 #define TAKE_AHEAD 8
 /* The looks at the others' up, in LOOKS, before a tiny all_reduce after
- * a rooted call that did not wait for them writes its data: their
+ * rooted calls that did not wait for them writes its data: their
  * arrival is most of the wait the call has anyway. */
 #define LOOKS_BEFORE 4
 
@@ -104,14 +105,16 @@ int dri_cs_lean_ok(int p, int r, int tiny)
 	/* Flat; the call LAG back settled (dri_cs_settle_quick, before
 	 * the arrival: a root that runs ahead would write its record's
 	 * line again LAG calls after ours); for the tiny data, every rank
-	 * past the phase before (dri_cs_await_all): after a rooted call
-	 * that did not wait for the others, a short look at them.  The
+	 * at the phase three before its (dri_cs_tiny_past): after three
+	 * rooted calls that did not wait for the others, a short look at
+	 * them.  The
 	 * later rooted calls still open are closed once every rank is
 	 * there (dri_cs_close_quick). */
 	return p <= DRI_SHM_FLAT_MAX &&
 	       (!dri_cs.open || dri_cs_settle_quick(p, r, dri_cs.ncall)) &&
-	       (!tiny || dri_cs.safe >= dri_cs.phase ||
-		all_past(p, r, dri_cs.phase, LOOKS_BEFORE * looks_max()));
+	       (!tiny || dri_cs.safe >= dri_cs_tiny_past(dri_cs.phase + 1) ||
+		all_past(p, r, dri_cs_tiny_past(dri_cs.phase + 1),
+			 LOOKS_BEFORE * looks_max()));
 }
 
 /* Whether rank i has arrived at e with our call in its record (on up's
@@ -124,14 +127,15 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks,
 		   int *prev)
 {
 	const dri_seg_rank *b = dri_cs.blk[i];
+	const dri_seg_lean *l = &b->lean[e & 1];
 	dri_msg_id theirs;
 
-	for (int n = 0; __atomic_load_n(&b->up, __ATOMIC_ACQUIRE) < e; n++) {
+	for (int n = 0; __atomic_load_n(&l->up, __ATOMIC_ACQUIRE) < e; n++) {
 		if (n >= looks)
 			return 0;
 		dri_cpu_relax();
 	}
-	if (dri_shm_read_raw(&b->last, id->seq, e, &theirs)) {
+	if (dri_shm_read_raw(&l->last, id->seq, e, &theirs)) {
 		*prev |= !!(theirs.coll & DRI_SEG_PREV_CHECKED);
 		theirs.coll &= ~(uint32_t)DRI_SEG_MARKS;
 		return dri_cs_same_call(&theirs, id);
@@ -139,7 +143,7 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks,
 	/* It went on: the record is another line, one more transfer (in
 	 * about one call in ten at n=2, benchmarks.md), unless the copy
 	 * says that our call was checked by it already. */
-	if (dri_shm_checked_at(&b->last, id->seq))
+	if (dri_shm_checked_at(&l->last, id->seq))
 		return 1;
 	return dri_shm_read_at(&b->call[k].c, id->seq, e, &theirs) &&
 	       dri_cs_same_call(&theirs, id);
@@ -161,7 +165,8 @@ static void copy8(void *dst, const void *src, size_t n)
 /* The reduction of the tiny data (at most DRI_SEG_INLINE bytes), every
  * rank's in rank order, as reduce_ordered sums it (the same result on
  * every rank): ours from buf, rank i's at offset off of its block (an
- * all_reduce's tiny[], a reduce's record of the call). */
+ * all_reduce's on its lean line, a reduce's in its record of the
+ * call). */
 static dr_err tiny_sum(const dri_msg_id *id, void *buf, size_t bytes, int p,
 		       int r, size_t off)
 {
@@ -181,10 +186,11 @@ static dr_err tiny_sum(const dri_msg_id *id, void *buf, size_t bytes, int p,
 	return err;
 }
 
-/* Where rank i's tiny data of phase e is, in its block. */
+/* Where rank i's tiny data of phase e is, in its block (dri_cs_tiny). */
 static size_t tiny_off(uint64_t e)
 {
-	return offsetof(dri_seg_rank, tiny) + (e & 1) * sizeof(uint64_t);
+	return (size_t)((const char *)dri_cs_tiny(0, e) -
+			(const char *)dri_cs.blk[0]);
 }
 
 dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
@@ -198,18 +204,26 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 			  .op = coll == DRI_ALL_REDUCE ? (int32_t)redop : -1,
 			  .root = -1 };
 	uint64_t n = dri_cs.ncall++, e;
+	dri_seg_lean *lean;
+	int32_t mark;
 	int k = (int)(n % DRI_SEG_CALLS);
 	int looks = looks_max(), i = 0, prev = 0;
 	dr_err err;
 
 	/* begin and arrive (coll_shm_flags.c), all_reduce_tiny's data: the
-	 * stores to up's line (the record's copy, the data, up) last and
-	 * together, so that the line, which the others read as they wait,
-	 * is taken from them once. */
+	 * stores to the lean line of the phase (the record's copy, the
+	 * data, up) together, so that the line, which the others read as
+	 * they wait, is taken from them once; it was taken back for
+	 * writing as the call before ended (seg.h).  Then up's line, for a
+	 * peer that waits the general way (nobody reads it meanwhile). */
 	e = ++dri_cs.phase;
-	dri_cs_put_copy(r, &id, e);
+	lean = &me->lean[e & 1];
+	mark = dri_cs_copy_mark(&id);
+	dri_cs_write_rec(&lean->last, &id, e, mark, NULL, NULL, 0);
 	if (bytes)
-		copy8(&me->tiny[e & 1], buf, bytes);
+		copy8(&lean->tiny[(e >> 1) & 1], buf, bytes);
+	__atomic_store_n(&lean->up, e, __ATOMIC_RELEASE);
+	dri_cs_write_rec(&me->last, &id, e, mark, NULL, NULL, 0);
 	/* Arrive with a plain store, and look at the others before the
 	 * fence that orders it before the wake-ups: their lines come in
 	 * while ours goes out (one transfer's time, not two in turn; the
@@ -227,6 +241,12 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	for (; i < p; i++)
 		if (i != r && !arrived(i, e, &id, k, looks, &prev))
 			break;
+	/* Every rank here: each is done with our line of e + 1 (they read
+	 * it at e - 1), which our next call writes; the transfer that
+	 * takes it back runs while this call ends and the next begins
+	 * (seg.h), instead of after that call's stores. */
+	if (i == p)
+		dri_cs_take_line(&me->lean[(e + 1) & 1]);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	dri_cs_wake(p);
 	/* (a rooted call still open that is not ours on every rank: the
@@ -240,12 +260,6 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		    !(err = tiny_sum(&id, buf, bytes, p, r, tiny_off(e)))) {
 			/* every rank's call is ours: the next copy says so */
 			dri_cs.checked = seq + 1;
-			/* Up's line, which the others have read (or are
-			 * reading: the tiny data), taken back for writing
-			 * now, while this rank goes on to its next call,
-			 * not when that call stores its arrival: the
-			 * round's period loses the transfer (benchmarks.md). */
-			dri_cs_take_line(&me->up);
 			dri_ctl_world_end();
 			return DR_OK;
 		}

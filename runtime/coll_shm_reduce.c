@@ -7,7 +7,8 @@
  * the result does not depend on which rank computed it.
  *   all_reduce, small: each writes its buffer, one phase, each reduces
  *     all p slots in rank order into its own buffer (up to 8 bytes and
- *     16 ranks: not through the slots but on up's line, seg.h's tiny).
+ *     16 ranks: not through the slots but on the lean lines, seg.h's
+ *     tiny).
  *   all_reduce, large: per chunk, reduce-scatter then all-gather through
  *     the slots: each rank copies the pieces of the others into its slot,
  *     one phase, rank j reduces piece j of all ranks (its own from its
@@ -191,25 +192,25 @@ static dr_err reduce_large(struct call *c, int all)
 	return err;
 }
 
-/* all_reduce of at most 8 bytes, flat: each rank's data on its up
- * word's line (seg.h: tiny), which a peer that sees it arrive has
- * already; by the parity of the phase, so that it is written again two
- * phases later, once every rank has arrived at the one between (done
- * reading it: after a rooted call, await_all makes sure). */
+/* all_reduce of at most 8 bytes, flat: each rank's data on its lean
+ * line of the phase's parity (seg.h: tiny), which a peer that sees it
+ * arrive there has already; written again four phases later, once every
+ * rank has arrived at the one after it (done reading it: after rooted
+ * calls, await_all makes sure). */
 static dr_err all_reduce_tiny(struct call *c)
 {
 	const dri_op *op = c->op;
 	size_t n = op->count * dr_dtype_size(op->dtype);
 	dr_err err;
 
-	if ((err = dri_cs_await_all(c, dri_cs.phase)))
+	if ((err = dri_cs_await_all(c, dri_cs_tiny_past(dri_cs.phase + 1))))
 		return err;
-	memcpy(&dri_cs_blk(c->r)->tiny[(dri_cs.phase + 1) & 1], op->buf, n);
+	memcpy(dri_cs_tiny(c->r, dri_cs.phase + 1), op->buf, n);
 	if ((err = dri_cs_phase(c)))
 		return err;
 	for (int i = 0; i < c->p; i++)
 		dri_cs.in[i] = i == c->r ? op->buf
-				    : (const char *)&dri_cs_blk(i)->tiny[c->e & 1];
+				    : (const char *)dri_cs_tiny(i, c->e);
 	return reduce_ordered(c, op->buf, NULL, op->count);
 }
 

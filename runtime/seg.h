@@ -119,6 +119,19 @@ typedef struct {
 } __attribute__((aligned(64))) dri_seg_rec;
 _Static_assert(sizeof(dri_seg_rec) == 64, "a record is one cache line");
 
+/* A rank's arrival at a phase of one parity, on a line of its own
+ * (lean[] below): up, the copy of its latest record on up's line as it
+ * was then; tiny[(e >> 1) & 1], the data of an all_reduce of at most 8
+ * bytes at phase e (coll_shm_reduce.c, coll_shm_quick.c), written
+ * before the arrival at e, over phase e - 4's, once every rank has
+ * arrived at e - 3 (done reading it): dri_cs_tiny. */
+typedef struct {
+	uint64_t up;
+	dri_seg_call last;
+	uint64_t tiny[2];
+} __attribute__((aligned(64))) dri_seg_lean;
+_Static_assert(sizeof(dri_seg_lean) == 64, "a lean line is one cache line");
+
 /* Each rank's block at the start of the transport area.  A sender that
  * put bytes into ring (s -> r), or a receiver that made room in ring
  * (r -> s), sets the peer's bit in the other rank's ready bitmap, then,
@@ -150,13 +163,12 @@ typedef struct {
 	 * DRI_SEG_CALLS, which a rank reaches only once every rank is past
 	 * its check of call n; so is the small rooted call's data in it
 	 * (dri_seg_rec). */
-	/* On up's line, so that a peer that sees up move has them in the
+	/* On up's line, so that a peer that sees up move has it in the
 	 * same transfer: last, a copy of the rank's latest record (the one
-	 * the peers look for, unless it went on); tiny[phase & 1], the data
-	 * of an all_reduce of at most 8 bytes (coll_shm.c). */
+	 * the peers look for, unless it went on). */
 	uint64_t up;
 	dri_seg_call last;
-	uint64_t tiny[2];
+	uint64_t pad5_[2];
 	uint64_t down;
 	/* Single copy (coll_shm.c), on down's line: the address in this
 	 * rank's memory of the buffer its current call's readers read with
@@ -171,6 +183,16 @@ typedef struct {
 	int32_t cpu;
 	uint32_t pad4_;
 	uint64_t pad3_[3];
+	/* Every flat arrival of the rank at phase e again on lean[e & 1],
+	 * with the copy up's line has then (written by this rank alone,
+	 * before up: a reader that saw up finds it there too).
+	 * The small blocking calls' waiters (coll_shm_quick.c) look there:
+	 * a rank writes the line of phase e + 1 once every other rank has
+	 * arrived at e, so all are done reading it (they read it at e - 1),
+	 * and takes it for writing as soon as it sees them there, not when
+	 * it stores its next arrival; one line would still be read by a
+	 * peer then (benchmarks.md, "Two lines of arrival"). */
+	dri_seg_lean lean[2];
 	/* An all_to_all_v through the segment (coll_shm.c, up to
 	 * DRI_SEG_A2AV_MAX ranks): its send counts, then its receive
 	 * counts, one per rank, in [n & 1] for the rank's n-th such call.

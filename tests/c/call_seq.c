@@ -8,7 +8,12 @@
  *   rank R: error at call K: DR_EMISMATCH: ...
  *   rank R: WRONG <call> at call K
  *
- *   call_seq SEED CALLS [D HOW]   (D -1 or absent: no deviation)
+ *   call_seq SEED CALLS [D HOW [small]]   (D -1 or absent: no deviation)
+ *
+ * "small": barrier, all_reduce, broadcast and reduce of 1, 2 or 6
+ * floats alone (the lean way's calls, coll_shm_quick.c: the tiny data
+ * of an all_reduce on the lean lines, a rooted call's in its record),
+ * rooted anywhere.
  *
  * Calls: barrier, all_reduce, broadcast, reduce, all_gather, gather,
  * scatter, reduce_scatter, all_to_all, all_to_all_v (even splits), of
@@ -134,19 +139,23 @@ static int run(int k, int kind, size_t c, int root, int r, int n, float *s,
 
 int main(int argc, char **argv)
 {
-	int r, n, ncalls, dev, how, rc = 0;
+	static const int small_kinds[] = { BAR, AR, BC, RD };
+	static const size_t small_counts[] = { 1, 2, 6 };
+	int r, n, ncalls, dev, how, small, rc = 0;
 	float *s, *b;
 	size_t *sc;
 	dr_err e;
 
-	if (argc != 3 && argc != 5) {
-		fprintf(stderr, "usage: call_seq SEED CALLS [D HOW]\n");
+	if ((argc != 3 && argc != 5 && argc != 6) ||
+	    (argc == 6 && strcmp(argv[5], "small"))) {
+		fprintf(stderr, "usage: call_seq SEED CALLS [D HOW [small]]\n");
 		return 2;
 	}
+	small = argc == 6;
 	state = strtoull(argv[1], NULL, 10);
 	ncalls = atoi(argv[2]);
-	dev = argc == 5 ? atoi(argv[3]) : -1;
-	how = argc == 5 ? atoi(argv[4]) : 0;
+	dev = argc >= 5 ? atoi(argv[3]) : -1;
+	how = argc >= 5 ? atoi(argv[4]) : 0;
 	if ((e = dr_init_process_group(NULL, NULL))) {
 		printf("rank ?: init: %s\n", dr_last_error());
 		return 1;
@@ -161,6 +170,11 @@ int main(int argc, char **argv)
 	for (int k = 0; k < ncalls && !rc; k++) {
 		int kind = (int)(rnd() % NKIND), root = (int)(rnd() % (unsigned)n);
 		size_t c = counts[rnd() % 6];
+
+		if (small) {
+			kind = small_kinds[rnd() % 4];
+			c = small_counts[rnd() % 3];
+		}
 
 		if (k == dev && r == n / 2) {
 			if (how == 0)

@@ -2,7 +2,7 @@
  * test_lean.c - the lean way's rules after a small rooted call
  * (runtime/coll_shm_quick.c, coll_shm_flags.c), on rank blocks in plain
  * memory: when a tiny all_reduce may write its data (every other rank
- * done with the phases before), and which rooted calls still open a
+ * done with the phase four before), and which rooted calls still open a
  * barrier that found every rank there closes without the general way
  * (every rank's record the same, or a peer's word that it checked the
  * call before).  A wrong answer here is a sum read from a slot being
@@ -64,11 +64,13 @@ static void keep_open(uint64_t n, uint64_t seq, uint64_t e)
 static int test_tiny_waits_for_the_others(void)
 {
 	setup();
+	/* this rank's last three calls rooted ones that did not wait (10,
+	 * 11, 12), the peers last seen at 9: the all_reduce's data of 13
+	 * would go where they may still read the one of phase 9 (seg.h:
+	 * four phases apart) */
+	dri_cs.phase = 12;
 	/* a barrier has no data to write: always */
 	CHECK(dri_cs_lean_ok(P, 0, 0));
-	/* peers at phase 9 (this rank's last, 10, a rooted call that did
-	 * not wait): the all_reduce's data would go where they may still
-	 * read the one of phase 9 */
 	CHECK(!dri_cs_lean_ok(P, 0, 1));
 	CHECK(dri_cs.safe == 9);
 	/* one there, the other not */
@@ -88,6 +90,12 @@ static int test_tiny_waits_for_the_others(void)
 	CHECK(dri_cs.safe == 10);
 	blks[1]->up = blks[2]->up = 0;
 	CHECK(dri_cs_lean_ok(P, 0, 1));
+	/* two rooted calls since the last wait (phase 11 next but one):
+	 * no look at the others, the data of 12 goes over phase 8's */
+	setup();
+	dri_cs.phase = 11;
+	CHECK(dri_cs_lean_ok(P, 0, 1));
+	CHECK(dri_cs.safe == 9);
 	/* more ranks than the flat way takes: never */
 	CHECK(!dri_cs_lean_ok(DRI_SHM_FLAT_MAX + 1, 0, 0));
 	return 0;
