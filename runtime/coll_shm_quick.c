@@ -14,10 +14,12 @@
  * a call, reading the clock for a deadline no quick call reaches, and
  * looking at the rings and the abort at every look at a flag.  This one
  * does the same steps of the protocol (coll_shm_flags.c) and nothing
- * else: the control block's begin, the CPU, the call's record and its
- * copy on up's line, the tiny data, the arrival; then a short spin on
- * each peer's up and the check of its record, read in the same
- * transfer; the sum in rank order; the control block's end.
+ * else: the copy of the call's record, the tiny data and the arrival on
+ * the lean line of the phase (seg.h), then on up's line; the call's
+ * record, the control block's begin, the CPU; then a short spin on each
+ * peer's lean line and the check of its copy, read in the same
+ * transfer; the line of the next phase taken for writing; the sum in
+ * rank order; the control block's end.
  *
  * Anything else - a peer not there after a few looks, a record that is
  * not ours (a mismatch, or a peer already gone on) - hands the call on,
