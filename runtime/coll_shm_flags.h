@@ -342,16 +342,12 @@ static inline void dri_cs_mirror(int r, uint64_t e)
 	dri_seg_rank *b = dri_cs_blk(r);
 	dri_seg_lean *l = &b->lean[e & 1];
 	const dri_seg_call *c = &b->last; /* ours: no one else writes it */
+	/* (its marks ride in coll; seq is the call's + 1, 0 for none) */
+	dri_msg_id id = { .coll = (uint32_t)c->coll, .seq = c->seq - 1,
+			  .count = c->count, .dtype = c->dtype, .op = c->op,
+			  .root = c->root };
 
-	__atomic_store_n(&l->last.seq, 0, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	__atomic_store_n(&l->last.coll, c->coll, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last.count, c->count, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last.dtype, c->dtype, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last.op, c->op, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last.root, c->root, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last.phase, c->phase, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last.seq, c->seq, __ATOMIC_RELEASE);
+	dri_cs_write_rec(&l->last, &id, c->phase, 0, NULL, NULL, 0);
 	__atomic_store_n(&l->up, e, __ATOMIC_RELEASE);
 }
 

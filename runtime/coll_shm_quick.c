@@ -107,11 +107,10 @@ int dri_cs_lean_ok(int p, int r, int tiny)
 	/* Flat; the call LAG back settled (dri_cs_settle_quick, before
 	 * the arrival: a root that runs ahead would write its record's
 	 * line again LAG calls after ours); for the tiny data, every rank
-	 * at the phase three before its (dri_cs_tiny_past): after three
-	 * rooted calls that did not wait for the others, a short look at
-	 * them.  The
-	 * later rooted calls still open are closed once every rank is
-	 * there (dri_cs_close_quick). */
+	 * at the phase three before the call's (dri_cs_tiny_past): after
+	 * three rooted calls that did not wait for the others, a short
+	 * look at them.  The later rooted calls still open are closed once
+	 * every rank is there (dri_cs_close_quick). */
 	return p <= DRI_SHM_FLAT_MAX &&
 	       (!dri_cs.open || dri_cs_settle_quick(p, r, dri_cs.ncall)) &&
 	       (!tiny || dri_cs.safe >= dri_cs_tiny_past(dri_cs.phase + 1) ||
@@ -119,10 +118,11 @@ int dri_cs_lean_ok(int p, int r, int tiny)
 			 LOOKS_BEFORE * looks_max()));
 }
 
-/* Whether rank i has arrived at e with our call in its record (on up's
- * line; if it went on since, the next call's copy there saying that it
- * checked this one against ours, or else the record of the call's
- * number): 1; 0 if not after `looks` looks, or its record is not ours.
+/* Whether rank i has arrived at e with our call in its record (its copy
+ * on its lean line of e; if it went on to e + 2 since, a later call's
+ * copy there saying that it checked this one against ours, or else the
+ * record of the call's number): 1; 0 if not after `looks` looks, or its
+ * record is not ours.
  * *prev set if the copy said that rank i checked the call before ours
  * against every rank's (DRI_SEG_PREV_CHECKED). */
 static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks,
@@ -142,9 +142,9 @@ static int arrived(int i, uint64_t e, const dri_msg_id *id, int k, int looks,
 		theirs.coll &= ~(uint32_t)DRI_SEG_MARKS;
 		return dri_cs_same_call(&theirs, id);
 	}
-	/* It went on: the record is another line, one more transfer (in
-	 * about one call in ten at n=2, benchmarks.md), unless the copy
-	 * says that our call was checked by it already. */
+	/* It went on two phases: the record is another line, one more
+	 * transfer, unless the copy says that our call was checked by it
+	 * already. */
 	if (dri_shm_checked_at(&l->last, id->seq))
 		return 1;
 	return dri_shm_read_at(&b->call[k].c, id->seq, e, &theirs) &&

@@ -85,18 +85,19 @@ int main(int argc, char **argv)
 	check(dr_init_process_group(NULL, NULL), "init");
 	r = dr_get_rank();
 	if (whole) {
-		tb[0] = now_s();
+		double t0 = now_s(), t1, t2;
+
 		for (int i = 0; i < n; i++)
 			check(dr_barrier(NULL, NULL, NULL, 0), "barrier");
-		tb[1] = now_s();
+		t1 = now_s();
 		for (int i = 0; i < n; i++)
 			check(dr_all_reduce(&x, 1, DR_FLOAT32, DR_SUM, NULL,
 					    NULL), "all_reduce");
-		ta[1] = now_s();
+		t2 = now_s();
 		printf("rank=%d op=barrier n=%d calls=%d total_us=%.1f\n", r,
-		       dr_get_world_size(), n, (tb[1] - tb[0]) * 1e6);
+		       dr_get_world_size(), n, (t1 - t0) * 1e6);
 		printf("rank=%d op=allreduce n=%d calls=%d total_us=%.1f\n", r,
-		       dr_get_world_size(), n, (ta[1] - tb[1]) * 1e6);
+		       dr_get_world_size(), n, (t2 - t1) * 1e6);
 		check(dr_destroy_process_group(), "destroy");
 		free(tb);
 		free(ta);
