@@ -234,6 +234,10 @@ static inline dri_seg_rank *dri_cs_blk(int i)
  * the first call, then the others' (peers 1), once that call is done,
  * when the others have taken theirs. */
 void dri_cs_warm(int r, int peers);
+/* Rank r says on its block that it has left init's closing barrier
+ * (seg.h: left) and waits, at most wait_ns, for the others to say so
+ * (coll_shm.h: dri_shm_coll_leave_init); returns how many had not. */
+int dri_cs_leave(int r, int64_t wait_ns);
 /* The CPUs this thread may use, into dri_cs.allowed (dri_cs.allowed_n:
  * the call when looked); their number, 0 if unknown. */
 int dri_cs_allowed_get(void);

@@ -43,6 +43,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "coll.h"
+#include "coll_shm.h"
 #include "ctl.h"
 #include "cuda_driver.h"
 #include "error.h"
@@ -522,6 +523,8 @@ dr_err dr_init_process_group_opts(const dr_init_options *opts)
 	 * program's first call) */
 	dri_cuda_ptr_prepare();
 	err = dr_barrier(NULL, NULL, NULL, 0);
+	if (!err)
+		dri_shm_coll_leave_init(pgroup.rank);
 	if (err) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dr_last_error());

@@ -147,7 +147,11 @@ typedef struct {
 	 * rings, so a peer that joins a new process group (init again)
 	 * resets its own only once no other rank is (shm.c). */
 	uint32_t active;
-	uint32_t pad_[12];
+	/* 1 once the rank has left init's closing barrier (0 from its
+	 * transport start): the ranks wait for each other's before they
+	 * return from init (coll_shm_state.c: dri_shm_coll_leave_init). */
+	uint32_t left;
+	uint32_t pad_[11];
 	/* The collectives through the segment (coll_shm.c), each word
 	 * written by this rank alone, on lines of their own.  up: the
 	 * phases it has arrived at (its data for them is in its slot; in

@@ -321,6 +321,7 @@ dr_err dri_shm_addr_suffix(char *buf, size_t size)
 	memset(blk(host_shm.me)->call, 0, sizeof(blk(host_shm.me)->call));
 	memset(&blk(host_shm.me)->last, 0, sizeof(blk(host_shm.me)->last));
 	memset(blk(host_shm.me)->lean, 0, sizeof(blk(host_shm.me)->lean));
+	__atomic_store_n(&blk(host_shm.me)->left, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&blk(host_shm.me)->up, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&blk(host_shm.me)->down, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&blk(host_shm.me)->pid, (int32_t)getpid(), __ATOMIC_RELEASE);

@@ -7,12 +7,15 @@
  * (every rank's record the same, or a peer's word that it checked the
  * call before).  A wrong answer here is a sum read from a slot being
  * written, or a mismatch that nobody reports: the runs of
- * tests/shm.bats rarely hit the moment either needs.
+ * tests/shm.bats rarely hit the moment either needs.  And the end of
+ * init: each rank's word that it left the closing barrier, waited for
+ * within a bound.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "runner.h"
+#include "clock.h"
 #include "coll_shm_flags.h"
 
 #define P 3
@@ -225,12 +228,38 @@ static int test_settle_on_a_peers_all_checked(void)
 	return 0;
 }
 
+/* The end of init (dri_cs_leave): a rank waits for the others' word
+ * that they left its closing barrier, and no longer than it is told. */
+static int test_leave_waits_for_the_others(void)
+{
+	int64_t t0;
+
+	setup();
+	blks[1]->left = blks[2]->left = 1;
+	CHECK(dri_cs_leave(0, 1000000000) == 0);
+	CHECK(blks[0]->left == 1);
+	/* rank 2 never says so: 20 ms, then on, and it is counted */
+	setup();
+	blks[1]->left = 1;
+	t0 = dri_now_ns();
+	CHECK(dri_cs_leave(0, 20000000) == 1);
+	CHECK(dri_now_ns() - t0 >= 20000000);
+	CHECK(blks[0]->left == 1 && blks[2]->left == 0);
+	/* nobody there, oversubscribed (yields instead of spinning) */
+	setup();
+	dri_cs.oversub = 1;
+	CHECK(dri_cs_leave(1, 1000000) == 2);
+	CHECK(blks[1]->left == 1);
+	return 0;
+}
+
 static const struct unit_test tests[] = {
 	UNIT(test_tiny_waits_for_the_others),
 	UNIT(test_close_reads_every_record),
 	UNIT(test_close_on_a_peers_word),
 	UNIT(test_all_checked_word_given),
 	UNIT(test_settle_on_a_peers_all_checked),
+	UNIT(test_leave_waits_for_the_others),
 	{ 0 }
 };
 
