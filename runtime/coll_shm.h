@@ -33,7 +33,7 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
  * barrier's first call through the flags ends with work of a rank's own
  * (the lines of the others' records read: dri_cs_warm) that lasts up to
  * tens of us longer on one rank than on another here, which the program's first
- * call would wait out (docs/benchmarks.md, "The end of init"). */
+ * call would wait out (docs/small-calls-log-2.md, "The end of init"). */
 void dri_shm_coll_leave_init(int rank);
 
 #endif /* DRI_COLL_SHM_H */

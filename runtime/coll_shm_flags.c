@@ -750,7 +750,7 @@ void dri_cs_done(struct call *c)
  * the others' up words that this takes often finds them past later
  * rooted calls too (a broadcast's readers follow close behind its
  * root): those are checked now as well, oldest first, so that the next
- * calls need not look again (docs/benchmarks.md). */
+ * calls need not look again (docs/small-calls.md). */
 dr_err dri_cs_settle(struct call *c)
 {
 	struct rec *o = &dri_cs.past[c->rec.n % LAG];
@@ -807,7 +807,7 @@ int dri_cs_settle_flags(int p, int r, uint64_t n)
 	/* The others' up lines, where every rank must be past o; looked
 	 * at again, while a peer's word (low_up) keeps coming, once it no
 	 * longer covers o: a line a peer writes at each call, read once
-	 * in many calls (benchmarks.md), not o's record of every other
+	 * in many calls (docs/small-calls-log-2.md), not o's record of every other
 	 * rank, read at each. */
 	if (o->last > dri_cs.safe || (dri_cs.marked && !peer_checked(o))) {
 		uint64_t low = low_up(p, r);

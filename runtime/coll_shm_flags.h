@@ -43,7 +43,7 @@ _Static_assert(sizeof(dri_cs_bits) * 8 >= LAG, "a bit for each kept call");
  * DRI_CS_STEP_NS once, in which they run ahead of it (about 40 calls
  * at the 0.1 us a call of the fast mode here; LAG at most) and, the
  * faster side once nobody takes their lines, stay ahead
- * (docs/benchmarks.md).  A step after which they are behind again within
+ * (docs/small-calls-log-2.md).  A step after which they are behind again within
  * DRI_CS_LEAD_JUDGE reads did not help (the writers wait for this rank:
  * a request and its answer) and doubles `every`, up to
  * DRI_CS_LEAD_EVERY_MAX, so that such a loop loses at most a step in
@@ -244,7 +244,7 @@ int dri_cs_allowed_get(void);
 /* Publishes the CPU rank r runs on, if it changed (seg.h: cpu).  (Inline,
  * as the records' writes and the wake-ups below: they run on every small
  * call, between one arrival and the next, where a call's own cost shows:
- * benchmarks.md.) */
+ * docs/small-calls.md.) */
 static inline void dri_cs_note_cpu(int r)
 {
 	int k = sched_getcpu();

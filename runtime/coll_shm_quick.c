@@ -9,7 +9,7 @@
  *
  * A barrier of 2 ranks is a line's transfer plus what a rank does
  * between seeing the other's arrival and storing its own next one
- * (docs/benchmarks.md, issue 35).  The general way (dri_run_op, run_call,
+ * (docs/small-calls.md, issue 35).  The general way (dri_run_op, run_call,
  * dri_cs_phase) spent about 1,200 instructions there, building an op and
  * a call, reading the clock for a deadline no quick call reaches, and
  * looking at the rings and the abort at every look at a flag.  This one
@@ -38,7 +38,7 @@
  * (seg.h's lean lines; all_past, after three rooted calls in a row).
  * A loop of a broadcast and an all_reduce went the general way before
  * (1.07-1.11 us a pair at n=2, Open MPI 0.93-1.03; now 0.74-0.77:
- * benchmarks.md).
+ * docs/small-calls-log-2.md).
  *
  * A reader of small rooted calls that keeps finding its writers not
  * there yet steps back once for a few us (lead_note, coll_shm_flags.h's
@@ -233,7 +233,7 @@ dr_err dri_cs_lean(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 	__atomic_store_n(&me->up, e, __ATOMIC_RELEASE);
 	/* What nobody waits for comes after the arrival, while the
 	 * others' lines come in: the last peer's arrival to ours is the
-	 * round's period, the rest of the call is not (benchmarks.md).
+	 * round's period, the rest of the call is not (docs/small-calls-log-2.md).
 	 * The record of the call's number is read only once the copy is
 	 * of a later call, or the call is past (settle, which a call
 	 * that differs fails either way). */
@@ -426,7 +426,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		 * a broadcast's reader only its root's, all when p = 2 (its
 		 * settle would read the root's record of the call again, a
 		 * line the root takes for writing at about that time:
-		 * benchmarks.md) */
+		 * docs/small-calls-log-2.md) */
 		rec.open = dri_cs_reader_open(p, from);
 		if (!rec.open) {
 			/* Its next copy says so (the writers close the call
@@ -452,7 +452,7 @@ int dri_cs_lean_rooted(dr_group *g, uint64_t seq, dri_coll coll, void *buf,
 		 * came after our first look) is about to write the next,
 		 * and a copy of the line taken now would have to be taken
 		 * back from us first, a transfer in its call
-		 * (benchmarks.md) */
+		 * (docs/small-calls-log-2.md) */
 		for (int j = 0; ahead && j < p; j++)
 			if (j != r && (from < 0 || j == from))
 				__builtin_prefetch(&dri_cs.blk[j]->call[

@@ -62,7 +62,7 @@ void dri_ctl_attach(int rank, int world_size)
 /* Brings the block's lines into this CPU's cache.  The first pass
  * through the flight record writes a line from memory at each call (the
  * first ~112 barriers of a program took 2-4x the time of the later ones,
- * docs/benchmarks.md).  Read, not taken for writing: a line no other
+ * docs/small-calls-log-1.md).  Read, not taken for writing: a line no other
  * cache holds comes exclusive and is then written without a transfer,
  * and PREFETCHW measured slower here. */
 static void warm(const dri_ctl *c)

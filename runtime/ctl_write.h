@@ -4,7 +4,7 @@
  * start and end, the flight record's ring, and the world's blocking
  * quick calls' begin and end (coll_shm_quick.c).  Inline, because those
  * run between one arrival of a small call and the next, where the cost
- * of a call between files shows (docs/benchmarks.md, issue 35); the
+ * of a call between files shows (docs/small-calls.md, issue 35); the
  * rest of the writers is ctl.c's.  Only libdistrun includes it.
  */
 #ifndef DRI_CTL_WRITE_H

@@ -39,7 +39,7 @@ int dri_cuda_ptr_device(const void *p);
  * thread's stack (pthread_getattr_np: /proc/self/maps for the main
  * thread), the heap's start (/proc/self/stat), the link map once.  Some
  * 130 us, which dr_init_process_group pays instead of the program's
- * first collective with data (scripts/first_calls.c, benchmarks.md);
+ * first collective with data (scripts/first_calls.c, docs/small-calls-log-2.md);
  * another thread still reads its own stack at its first call. */
 void dri_cuda_ptr_prepare(void);
 /* Whether this thread's reads are done (for the tests). */

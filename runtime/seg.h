@@ -195,7 +195,7 @@ typedef struct {
 	 * arrived at e, so all are done reading it (they read it at e - 1),
 	 * and takes it for writing as soon as it sees them there, not when
 	 * it stores its next arrival; one line would still be read by a
-	 * peer then (benchmarks.md, "Two lines of arrival"). */
+	 * peer then (docs/small-calls-log-2.md, "Two lines of arrival"). */
 	dri_seg_lean lean[2];
 	/* An all_to_all_v through the segment (coll_shm.c, up to
 	 * DRI_SEG_A2AV_MAX ranks): its send counts, then its receive
