@@ -168,6 +168,21 @@ static dr_err quick_rooted(dri_op *op)
 	return dri_call_end(op->id.coll, run(&c));
 }
 
+/* How long the end of init waits at most for the others to leave its
+ * closing barrier: their work after it (dri_cs_warm), or their next
+ * slice with more ranks than CPUs.  Nothing depends on it but the time
+ * of the first call. */
+#define LEAVE_WAIT_NS 4000000
+
+void dri_shm_coll_leave_init(int rank)
+{
+	dr_group *g = dri_world();
+
+	/* (where the small calls take the lean way: dri_shm_quick's test) */
+	if (g && g->size <= DRI_SHM_FLAT_MAX && quick_ok(g))
+		(void)dri_cs_leave(rank, LEAVE_WAIT_NS);
+}
+
 int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		  dr_op redop, int root, dr_err *err)
 {

@@ -28,12 +28,13 @@ int dri_shm_quick(dri_coll coll, void *buf, size_t count, dr_dtype dtype,
 		  dr_op redop, int root, dr_err *err);
 
 /* After init's closing barrier (dr_init_process_group), when the
- * world's calls go through the flags: says that this rank has left it
- * and waits, at most LEAVE_WAIT_NS, until the other ranks have too.  The
- * barrier's first call through the flags ends with work of a rank's own
- * (the lines of the others' records read: dri_cs_warm) that lasts up to
- * tens of us longer on one rank than on another here, which the program's first
- * call would wait out (docs/small-calls-log-2.md, "The end of init"). */
+ * world's small calls take the lean way (flat, through the flags): says
+ * that this rank has left it and waits, at most LEAVE_WAIT_NS, until
+ * the other ranks have too.  The barrier's first call through the flags
+ * ends with work of a rank's own (the lines of the others' records
+ * read: dri_cs_warm) that lasts up to tens of us longer on one rank
+ * than on another here, which the program's first call would wait out
+ * (docs/small-calls-log-2.md, "The end of init"). */
 void dri_shm_coll_leave_init(int rank);
 
 #endif /* DRI_COLL_SHM_H */

@@ -98,12 +98,6 @@ void dri_cs_warm(int r, int peers)
 					      __ATOMIC_RELAXED);
 }
 
-/* How long the end of init waits at most for the others to leave its
- * closing barrier: their work after it (above), or their next slice
- * with more ranks than CPUs.  Nothing depends on it but the time of the
- * first call. */
-#define LEAVE_WAIT_NS 4000000
-
 int dri_cs_leave(int r, int64_t wait_ns)
 {
 	const int64_t until = dri_now_ns() + wait_ns;
@@ -111,25 +105,20 @@ int dri_cs_leave(int r, int64_t wait_ns)
 
 	__atomic_store_n(&dri_cs.blk[r]->left, 1, __ATOMIC_SEQ_CST);
 	for (int i = 0; i < dri_cs.nblk; i++) {
-		while (i != r &&
-		       !__atomic_load_n(&dri_cs.blk[i]->left, __ATOMIC_ACQUIRE) &&
+		const uint32_t *left = &dri_cs.blk[i]->left;
+
+		if (i == r)
+			continue;
+		while (!__atomic_load_n(left, __ATOMIC_ACQUIRE) &&
 		       dri_now_ns() < until) {
 			if (dri_cs.oversub)
 				sched_yield();
 			else
 				dri_cpu_relax();
 		}
-		behind += i != r &&
-			  !__atomic_load_n(&dri_cs.blk[i]->left, __ATOMIC_ACQUIRE);
+		behind += !__atomic_load_n(left, __ATOMIC_ACQUIRE);
 	}
 	return behind;
-}
-
-void dri_shm_coll_leave_init(int rank)
-{
-	if (dri_cs.configured && !dri_cs.off && dri_cs.nblk &&
-	    dri_cs.nblk <= DRI_SHM_FLAT_MAX && dri_shm_all_local())
-		(void)dri_cs_leave(rank, LEAVE_WAIT_NS);
 }
 
 /* The CPUs this thread may use, into dri_cs.allowed; 0 if unknown. */
